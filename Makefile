@@ -1,0 +1,59 @@
+# rsiw: soft-iWARP RDMA provider in Rust-for-Linux.
+#
+#   make run            boot the VM, load rsiw, bring up a device, show it
+#   make check          every test: host-side Rust, then the VM selftests
+#   make check TESTS=G  only the VM selftests whose name matches glob G
+#   make bench          side-by-side benchmarks (see README.md)
+#   make fuzz           longer fuzzing runs of the protocol core
+#   make module         build rsiw.ko against the cached kernel
+#   make kernel         bootstrap and build the cached kernel only
+#
+# Out-of-tree kbuild (make -C KDIR M=...) re-enters this Makefile with
+# KERNELRELEASE set; then only Kbuild matters.
+
+ifneq ($(KERNELRELEASE),)
+include $(src)/Kbuild
+else
+
+TESTS ?= *
+export TESTS
+
+.PHONY: all run check bench fuzz module kernel deps host-check vm-check clippy fmt clean
+
+all: module
+
+deps:
+	@scripts/deps.sh
+
+kernel: deps
+	@scripts/kernel.sh >/dev/null
+
+module: kernel
+	@scripts/module.sh
+
+run: module
+	@qemu/run.sh
+
+check:
+	@scripts/check.sh
+
+host-check:
+	@selftests/host-check.sh
+
+vm-check: module
+	@qemu/run-tests.sh
+
+bench: module
+	@qemu/bench.sh
+
+fuzz:
+	@selftests/proto/fuzz.sh $${FUZZ_SECONDS:-600}
+
+fmt:
+	@scripts/fmt.sh
+
+clean:
+	rm -rf selftests/proto/target results
+	@scripts/module.sh clean
+
+endif

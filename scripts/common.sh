@@ -1,0 +1,26 @@
+# Shared settings for rsiw's build scripts. Sourced, not run.
+# shellcheck shell=bash
+
+RSIW_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RSIW_CACHE=${RSIW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rsiw}
+VENV=$RSIW_CACHE/venv
+VNG_VERSION=1.42
+KERNEL_TARBALL=/usr/src/linux-source-6.12.tar.xz
+JOBS=${JOBS:-$(nproc)}
+export PATH="$HOME/.cargo/bin:$VENV/bin:$PATH"
+
+progress() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# The Debian source package's upstream version, e.g. 6.12.117.
+kernel_version() {
+	dpkg-query -W -f='${Version}' linux-source-6.12 | sed 's/-.*//'
+}
+
+# Where the configured and built tree lives: keyed by kernel version and config.
+kernel_dir() {
+	local key
+	key=$( { kernel_version; echo "vng $VNG_VERSION"; cat "$RSIW_ROOT/qemu/rsiw.config"; } | sha256sum | cut -c1-12)
+	echo "$RSIW_CACHE/linux-$(kernel_version)-$key"
+}

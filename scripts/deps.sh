@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install everything rsiw's build and tests need, from the registries only.
+# Idempotent: each step is skipped when its result is already present.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+apt_packages=(
+	linux-source-6.12 clang lld llvm bc bison flex libelf-dev libssl-dev cpio kmod
+	dwarves pahole zstd xz-utils python3-venv qemu-system-x86 busybox-static iproute2
+	rdma-core ibverbs-utils rdmacm-utils perftest tshark
+	nfs-kernel-server nfs-common rpcbind nvme-cli fio iperf3
+)
+
+missing=()
+for p in "${apt_packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	progress "installing ${#missing[@]} Debian packages (${missing[*]})"
+	sudo_if_needed apt-get update -qq
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | sudo_if_needed debconf-set-selections
+	DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# The NFS server's own services must not run on the host: the VM starts its own.
+	sudo_if_needed systemctl disable --now nfs-server rpcbind rpcbind.socket >/dev/null 2>&1 || true
+fi
+
+if ! rustup component list --installed 2>/dev/null | grep -q '^rust-src'; then
+	progress "adding rustup component rust-src"
+	rustup component add rust-src >/dev/null
+fi
+
+if ! command -v bindgen >/dev/null 2>&1; then
+	progress "installing bindgen-cli from crates.io (~3 min)"
+	cargo install --locked --quiet bindgen-cli --version "~0.73"
+fi
+
+if [ ! -x "$VENV/bin/vng" ]; then
+	progress "installing virtme-ng from PyPI"
+	python3 -m venv "$VENV"
+	"$VENV/bin/pip" install -q "virtme-ng==$VNG_VERSION"
+fi

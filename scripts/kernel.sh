@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Configure and build rsiw's kernel in the cache, wiring rust/ into the kernel crate.
+# Prints the kernel directory on stdout. Incremental: a second run rebuilds only what changed.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+[ -f "$KERNEL_TARBALL" ] || die "$KERNEL_TARBALL missing: run scripts/deps.sh"
+KDIR=$(kernel_dir)
+KVER=$(kernel_version)
+mkdir -p "$RSIW_CACHE"
+
+if [ ! -f "$KDIR/.unpacked" ]; then
+	progress "unpacking Debian linux-source $KVER into $KDIR"
+	rm -rf "$KDIR.tmp"
+	mkdir -p "$KDIR.tmp"
+	tar -xaf "$KERNEL_TARBALL" -C "$KDIR.tmp" --strip-components=1
+	rm -rf "$KDIR"
+	mv "$KDIR.tmp" "$KDIR"
+	touch "$KDIR/.unpacked"
+fi
+
+cd "$KDIR"
+if [ ! -f .config ] || [ ! -f .rsiw-configured ]; then
+	progress "configuring kernel $KVER (virtme-ng minimal config + qemu/rsiw.config)"
+	vng --kconfig --force >/dev/null
+	cat "$RSIW_ROOT/qemu/rsiw.config" >> .config
+	make -s LLVM=1 olddefconfig
+	# Every option the fragment sets must have survived olddefconfig.
+	bad=0
+	while IFS= read -r line; do
+		case "$line" in CONFIG_*=*) ;; *) continue ;; esac
+		opt=${line%%=*} val=${line#*=}
+		if [ "$val" = n ]; then
+			grep -q "^$opt=" .config && { echo "config: $opt should be off" >&2; bad=1; }
+		else
+			grep -qx "$opt=$val" .config || { echo "config: $opt=$val did not stick" >&2; bad=1; }
+		fi
+	done < "$RSIW_ROOT/qemu/rsiw.config"
+	[ "$bad" = 0 ] || die "kernel config fragment did not apply (is rustc/bindgen/clang missing?)"
+	touch .rsiw-configured
+fi
+
+"$RSIW_ROOT/scripts/wire-rust.sh" "$KDIR"
+
+if [ ! -f arch/x86/boot/bzImage ]; then
+	progress "building kernel $KVER with LLVM=1 (first time: ~20 min on 2 cores)"
+else
+	progress "rebuilding kernel $KVER incrementally"
+fi
+log=$RSIW_CACHE/kernel-build.log
+if ! make LLVM=1 -j"$JOBS" bzImage modules > "$log" 2>&1; then
+	tail -n 60 "$log" >&2
+	die "kernel build failed (full log: $log)"
+fi
+echo "$KDIR"

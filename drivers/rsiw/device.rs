@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The rsiw device: creation through `rdma link`, attributes, ports, and netdev tracking.
+
+#![deny(unsafe_code)]
+
+use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::{
+    netdev::{self, NetDevice},
+    new_mutex,
+    prelude::*,
+    rdma::{
+        device::{
+            self as rdma_dev, Device, DeviceAttr, DeviceInfo, DriverId, PortAttr, PortEvent, PortPhysState,
+            PortState, Registry,
+        },
+        link::{HandlerSlot, LinkHandler},
+        udata::UserData,
+    },
+    sync::Mutex,
+};
+
+/// Vendor id reported in device attributes ("rsi").
+const VENDOR_ID: u32 = 0x0072_7369;
+
+/// The only port of an rsiw device.
+const PORT: u32 = 1;
+
+/// IB speed and width reported when the netdev cannot tell (`IB_SPEED_SDR`, `IB_WIDTH_1X`).
+const FALLBACK_SPEED_WIDTH: (u16, u8) = (1, 1);
+
+/// Source of per-device `vendor_part_id`s, which libsiw also uses as its device id.
+static NEXT_PART_ID: AtomicU32 = AtomicU32::new(0);
+
+/// Per-device state.
+pub(crate) struct DeviceData {
+    /// `vendor_part_id`, unique per device while the module is loaded.
+    part_id: u32,
+    /// Node GUID, an EUI-64 of the netdev's MAC at creation time.
+    node_guid: u64,
+}
+
+/// The rsiw RDMA driver: answers the RDMA core's device-level verbs.
+pub(crate) struct Rsiw;
+
+#[vtable]
+impl rdma_dev::Driver for Rsiw {
+    type Data = DeviceData;
+    // libsiw (rdma-core) serves user-space verbs for devices with the siw driver id and ABI.
+    const DRIVER_ID: DriverId = DriverId::Siw;
+    const ABI_VERSION: u32 = 1;
+
+    fn query_device(dev: &Device<Self>) -> Result<DeviceAttr> {
+        let data = dev.data();
+        // Queue pairs, memory regions and the data path are not implemented yet, so every object
+        // limit is zero: the core and ULPs see exactly what this driver can do today.
+        Ok(DeviceAttr {
+            vendor_id: VENDOR_ID,
+            vendor_part_id: data.part_id,
+            sys_image_guid: data.node_guid,
+            page_size_cap: kernel::page::PAGE_SIZE as u64,
+            kernel_cap_flags: rdma_dev::KERNEL_CAP_ALLOW_USER_UNREG,
+            ..DeviceAttr::default()
+        })
+    }
+
+    fn query_port(dev: &Device<Self>, port: u32) -> Result<PortAttr> {
+        if port != PORT {
+            return Err(EINVAL);
+        }
+        let ndev = dev.netdev(port).ok_or(ENODEV)?;
+        let link_up = ndev.is_running() && ndev.has_carrier();
+        let (active_speed, active_width) = dev.eth_speed(port).unwrap_or(FALLBACK_SPEED_WIDTH);
+        Ok(PortAttr {
+            state: if link_up { PortState::Active } else { PortState::Down },
+            phys_state: if link_up { PortPhysState::LinkUp } else { PortPhysState::Disabled },
+            max_mtu: ndev.max_mtu(),
+            active_mtu: ndev.mtu(),
+            active_speed,
+            active_width,
+            gid_tbl_len: 1,
+            max_msg_sz: u32::MAX,
+        })
+    }
+
+    fn query_gid(dev: &Device<Self>, port: u32, _index: u32) -> Result<[u8; 16]> {
+        if port != PORT {
+            return Err(EINVAL);
+        }
+        // iWARP has no GIDs on the wire; the convention (shared with C siw) is the MAC address.
+        let mac = dev.netdev(port).ok_or(ENODEV)?.mac_address().ok_or(ENODEV)?;
+        let mut gid = [0u8; 16];
+        gid[..netdev::ETH_ALEN].copy_from_slice(&mac);
+        Ok(gid)
+    }
+
+    fn alloc_ucontext(dev: &Device<Self>, udata: &mut UserData<'_>) -> Result {
+        // `struct siw_uresp_alloc_ctx { __u32 dev_id; __u32 pad; }` of the siw user ABI.
+        let mut resp = [0u8; 8];
+        resp[..4].copy_from_slice(&dev.data().part_id.to_ne_bytes());
+        udata.respond(&resp)
+    }
+}
+
+/// Serves `rdma link add NAME type rsiw netdev DEV`, and owns every device it created.
+#[pin_data]
+pub(crate) struct Links {
+    #[pin]
+    registry: Registry<Rsiw>,
+    /// Serializes device creation, so two requests for one netdev or name cannot both pass the
+    /// duplicate checks.
+    #[pin]
+    create_lock: Mutex<()>,
+}
+
+static LINK_SLOT: HandlerSlot<Links> = HandlerSlot::new();
+
+impl Links {
+    pub(crate) fn new(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            registry <- Registry::new(module),
+            create_lock <- new_mutex!((), "rsiw::Links::create_lock"),
+        })
+    }
+
+    fn check_netdev(name: &CStr, ndev: &NetDevice) -> Result {
+        let ty = ndev.hw_type();
+        if ty != netdev::ARPHRD_ETHER && ty != netdev::ARPHRD_IEEE802 {
+            pr_err!("{}: netdev {} is not Ethernet-like (ARPHRD type {})\n", name, ndev.name(), ty);
+            return Err(EINVAL);
+        }
+        if ndev.mac_address().is_none() {
+            pr_err!("{}: netdev {} has no MAC address\n", name, ndev.name());
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+}
+
+impl LinkHandler for Links {
+    const TYPE: &'static CStr = c_str!("rsiw");
+
+    fn slot() -> &'static HandlerSlot<Self> {
+        &LINK_SLOT
+    }
+
+    fn newlink(&self, name: &CStr, ndev: &NetDevice) -> Result {
+        Self::check_netdev(name, ndev)?;
+        let _guard = self.create_lock.lock();
+        if rdma_dev::name_in_use(name) {
+            pr_err!("{}: an RDMA device with this name already exists\n", name);
+            return Err(EEXIST);
+        }
+        if rdma_dev::netdev_has_device(ndev, DriverId::Siw) {
+            pr_err!("{}: netdev {} already has a soft-iWARP device\n", name, ndev.name());
+            return Err(EEXIST);
+        }
+        let eui = ndev.eui64().ok_or(EINVAL)?;
+        let node_guid = u64::from_be_bytes(eui);
+        let info = DeviceInfo {
+            node_guid,
+            node_desc: c_str!("rsiw software iWARP"),
+            num_comp_vectors: 1,
+        };
+        let data = DeviceData {
+            part_id: NEXT_PART_ID.fetch_add(1, Ordering::Relaxed),
+            node_guid,
+        };
+        if let Err(e) = self.registry.register(name, ndev, &info, data) {
+            pr_err!("{}: registering on netdev {} failed: {:?}\n", name, ndev.name(), e);
+            return Err(e);
+        }
+        pr_info!("{}: created on netdev {}\n", name, ndev.name());
+        Ok(())
+    }
+}
+
+/// Follows netdev events for netdevs that carry an rsiw device.
+pub(crate) struct NetdevEvents;
+
+impl netdev::Notifier for NetdevEvents {
+    fn event(&self, ndev: &NetDevice, event: netdev::Event) {
+        let Some(dev) = Device::<Rsiw>::lookup_by_netdev(ndev) else {
+            return;
+        };
+        match event {
+            netdev::Event::Up | netdev::Event::Down | netdev::Event::Change => {
+                let up = ndev.is_running() && ndev.has_carrier();
+                dev.dispatch_port_event(PORT, if up { PortEvent::Active } else { PortEvent::Error });
+            }
+            netdev::Event::ChangeAddr => {
+                dev.dispatch_port_event(PORT, PortEvent::AddressChange);
+                dev.dispatch_port_event(PORT, PortEvent::GidChange);
+            }
+            netdev::Event::Unregister => {
+                pr_info!("{}: netdev {} is going away, removing device\n", dev.name(), ndev.name());
+                Device::unregister_queued(dev);
+            }
+            _ => {}
+        }
+    }
+}

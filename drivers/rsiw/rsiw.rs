@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rsiw: a software iWARP RDMA provider.
+//!
+//! `rdma link add NAME type rsiw netdev DEV` creates an iWARP RNIC on an Ethernet netdev. The
+//! device follows its netdev: port state tracks the netdev's admin and carrier state, and the
+//! device goes away with the netdev, with `rdma link delete`, or with `rmmod`.
+
+#![deny(unsafe_code)]
+
+use kernel::{netdev::NotifierRegistration, prelude::*, rdma::link};
+
+mod device;
+
+module! {
+    type: RsiwModule,
+    name: "rsiw",
+    author: "rsiw developers",
+    description: "Software iWARP RDMA provider (RDMAP/DDP/MPA over kernel TCP)",
+    license: "GPL",
+    alias: ["rdma-link-rsiw"],
+}
+
+/// Module state. Fields drop in order: first the link type goes (no new devices), and with it
+/// the device registry (every device is unregistered), then the netdev notifier.
+struct RsiwModule {
+    _link: Pin<KBox<link::Registration<device::Links>>>,
+    _netdev_events: Pin<KBox<NotifierRegistration<device::NetdevEvents>>>,
+}
+
+impl kernel::Module for RsiwModule {
+    fn init(module: &'static ThisModule) -> Result<Self> {
+        let netdev_events = KBox::pin_init(NotifierRegistration::new(device::NetdevEvents), GFP_KERNEL)?;
+        let link = KBox::pin_init(link::Registration::new(device::Links::new(module)), GFP_KERNEL)?;
+        pr_info!("loaded; create devices with 'rdma link add NAME type rsiw netdev DEV'\n");
+        Ok(Self {
+            _link: link,
+            _netdev_events: netdev_events,
+        })
+    }
+}

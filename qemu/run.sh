@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# make run: boot the built kernel, bring up an rsiw device and show it.
+set -euo pipefail
+. "$(dirname "$0")/vm.sh"
+progress "booting the VM (TCG, ~15 s) and creating rsiw0"
+vm_exec -- qemu/guest-run.sh

@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA (InfiniBand/iWARP) provider abstractions.
+//!
+//! These wrap the RDMA core's provider interface (`struct ib_device` and its `ib_device_ops`
+//! table) and the `rdma link` netlink hooks, so a Rust RDMA driver needs no `unsafe` code.
+//!
+//! C headers: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h),
+//! [`include/rdma/rdma_netlink.h`](srctree/include/rdma/rdma_netlink.h).
+
+pub mod device;
+pub mod link;
+pub mod udata;

@@ -1,0 +1,710 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA devices: allocation, registration and the `ib_device_ops` table.
+//!
+//! Ownership follows the RDMA core's model for software providers: after a successful
+//! [`Registry::register`] the core owns the device. It is freed after unregistration, which
+//! happens through `rdma link delete`, [`Device::unregister_queued`] (e.g. when the netdev goes
+//! away), or when the driver's [`Registry`] is dropped at module unload. The driver's per-device
+//! data ([`Driver::Data`]) is dropped in the core's `dealloc_driver` callback.
+
+use crate::{
+    bindings,
+    error::{from_result, to_result, Result},
+    netdev::NetDevice,
+    new_condvar, new_mutex,
+    prelude::*,
+    rdma::udata::UserData,
+    str::CStr,
+    sync::{CondVar, Mutex},
+    types::{ARef, AlwaysRefCounted, Opaque},
+    ThisModule,
+};
+use core::{marker::PhantomData, ptr::NonNull};
+
+/// RDMA driver identifiers (`enum rdma_driver_id`) that user-space providers match on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DriverId {
+    /// Matched by no user-space provider.
+    Unknown,
+    /// Matched by rdma-core's `libsiw` (soft-iWARP user ABI version 1).
+    Siw,
+}
+
+impl DriverId {
+    fn to_raw(self) -> bindings::rdma_driver_id {
+        match self {
+            DriverId::Unknown => bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+            DriverId::Siw => bindings::rdma_driver_id_RDMA_DRIVER_SIW,
+        }
+    }
+}
+
+/// The state of a port (`enum ib_port_state`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PortState {
+    /// The link is down.
+    Down,
+    /// The link is up but not yet usable.
+    Init,
+    /// The port is usable.
+    Active,
+}
+
+/// The physical state of a port (`enum ib_port_phys_state`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PortPhysState {
+    /// The port is disabled.
+    Disabled,
+    /// The physical link is up.
+    LinkUp,
+}
+
+/// Device capability flag: the device supports memory management extensions (FRWR).
+pub const DEVICE_MEM_MGT_EXTENSIONS: u64 = bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
+/// Kernel capability flag: `rdma link delete` may unregister the device.
+pub const KERNEL_CAP_ALLOW_USER_UNREG: u64 = bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
+/// Kernel capability flag: the device has a local DMA lkey usable for all kernel memory.
+pub const KERNEL_CAP_LOCAL_DMA_LKEY: u64 = bindings::ib_kernel_cap_flags_IBK_LOCAL_DMA_LKEY as u64;
+
+/// Device attributes reported by `query_device`: the limits the driver honours.
+#[derive(Clone, Copy, Default, Debug)]
+#[allow(missing_docs)] // Each field is the `struct ib_device_attr` field of the same name.
+pub struct DeviceAttr {
+    pub fw_ver: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub device_cap_flags: u64,
+    pub kernel_cap_flags: u64,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_sge_rd: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_qp_rd_atom: u32,
+    pub max_qp_init_rd_atom: u32,
+    pub max_res_rd_atom: u32,
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
+    pub max_fast_reg_page_list_len: u32,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+}
+
+/// Port attributes reported by `query_port`.
+#[derive(Clone, Copy, Debug)]
+pub struct PortAttr {
+    /// Logical port state.
+    pub state: PortState,
+    /// Physical port state.
+    pub phys_state: PortPhysState,
+    /// Largest supported MTU in bytes (rounded down to an IB MTU).
+    pub max_mtu: u32,
+    /// Current MTU in bytes (rounded down to an IB MTU).
+    pub active_mtu: u32,
+    /// Speed (`enum ib_port_speed`), e.g. from [`Device::eth_speed`].
+    pub active_speed: u16,
+    /// Width (`enum ib_port_width`), e.g. from [`Device::eth_speed`].
+    pub active_width: u8,
+    /// Number of GID table entries.
+    pub gid_tbl_len: i32,
+    /// Largest message size.
+    pub max_msg_sz: u32,
+}
+
+/// A port event for [`Device::dispatch_port_event`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PortEvent {
+    /// The port became active (`IB_EVENT_PORT_ACTIVE`).
+    Active,
+    /// The port went down (`IB_EVENT_PORT_ERR`).
+    Error,
+    /// The port's address changed (`IB_EVENT_LID_CHANGE`).
+    AddressChange,
+    /// The GID table changed (`IB_EVENT_GID_CHANGE`).
+    GidChange,
+}
+
+/// Static description of a device, applied before it is registered.
+pub struct DeviceInfo<'a> {
+    /// Node GUID, in host order (it is stored big-endian).
+    pub node_guid: u64,
+    /// Node description shown by `ibv_devinfo` and friends.
+    pub node_desc: &'a CStr,
+    /// Number of completion vectors.
+    pub num_comp_vectors: u32,
+}
+
+/// An RDMA provider driver: the Rust side of an `ib_device_ops` table.
+///
+/// Every device of the driver is one port, iWARP transport, with `GID_TABLE_LEN` GIDs.
+#[vtable]
+pub trait Driver: Sized + 'static {
+    /// Per-device driver data.
+    type Data: Send + Sync;
+    /// The driver id that user-space providers match on.
+    const DRIVER_ID: DriverId;
+    /// The user verbs ABI version.
+    const ABI_VERSION: u32;
+    /// Number of GIDs per port.
+    const GID_TABLE_LEN: u32 = 1;
+
+    /// Reports the device's attributes. The core calls this once at registration and caches
+    /// the result for kernel consumers.
+    fn query_device(dev: &Device<Self>) -> Result<DeviceAttr>;
+
+    /// Reports the attributes of `port`.
+    fn query_port(dev: &Device<Self>, port: u32) -> Result<PortAttr>;
+
+    /// Returns GID `index` of `port`.
+    fn query_gid(dev: &Device<Self>, port: u32, index: u32) -> Result<[u8; 16]>;
+
+    /// Sets up a user context; may write a driver-specific response to `udata`.
+    fn alloc_ucontext(_dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result {
+        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+}
+
+/// An RDMA device of driver `T`: the core's `struct ib_device` followed by the driver's data.
+///
+/// # Invariants
+///
+/// `ibdev` was allocated by `_ib_alloc_device` with room for `Self`; `data` is initialized, and
+/// `registry` outlives the device, from the moment the driver's ops are installed until
+/// `dealloc_driver` runs.
+#[repr(C)]
+#[pin_data]
+pub struct Device<T: Driver> {
+    ibdev: Opaque<bindings::ib_device>,
+    registry: *const Registry<T>,
+    netdev: *const bindings::net_device,
+    #[pin]
+    data: T::Data,
+}
+
+// SAFETY: The core shares devices between threads; the driver data is `Send + Sync`.
+unsafe impl<T: Driver> Send for Device<T> {}
+// SAFETY: See above.
+unsafe impl<T: Driver> Sync for Device<T> {}
+
+// SAFETY: `ib_device_try_get`/`ib_device_put` manage the registration reference count; the
+// memory itself stays valid until the core's `dealloc_driver` after the count drops to zero.
+unsafe impl<T: Driver> AlwaysRefCounted for Device<T> {
+    fn inc_ref(&self) {
+        // SAFETY: `self` is referenced, so the count is non-zero and the increment succeeds.
+        let _ = unsafe { bindings::ib_device_try_get(self.as_raw()) };
+    }
+
+    unsafe fn dec_ref(obj: NonNull<Self>) {
+        // SAFETY: The caller owns a reference.
+        unsafe { bindings::ib_device_put(obj.cast::<bindings::ib_device>().as_ptr()) };
+    }
+}
+
+impl<T: Driver> Device<T> {
+    /// Returns the device of `ibdev`.
+    ///
+    /// # Safety
+    ///
+    /// `ibdev` must be a device of driver `T` (its ops are `T`'s), valid for `'a`.
+    unsafe fn from_raw<'a>(ibdev: *mut bindings::ib_device) -> &'a Self {
+        // SAFETY: `ibdev` is the first field of a `#[repr(C)]` `Device<T>`.
+        unsafe { &*ibdev.cast::<Self>() }
+    }
+
+    /// The raw `ib_device`.
+    pub fn as_raw(&self) -> *mut bindings::ib_device {
+        self.ibdev.get()
+    }
+
+    /// The driver's data.
+    pub fn data(&self) -> &T::Data {
+        &self.data
+    }
+
+    /// The device's name (e.g. `rsiw0`).
+    pub fn name(&self) -> &CStr {
+        // SAFETY: `dev.kobj.name` is set by registration and stays valid while the device is
+        // referenced; renames go through the core under its own locks.
+        let name = unsafe { (*self.as_raw()).__bindgen_anon_1.dev.kobj.name };
+        if name.is_null() {
+            return crate::c_str!("(unregistered)");
+        }
+        // SAFETY: Non-null kobject names are NUL-terminated strings.
+        unsafe { CStr::from_char_ptr(name) }
+    }
+
+    /// Whether this device is bound to `netdev`.
+    pub fn is_on(&self, netdev: &NetDevice) -> bool {
+        core::ptr::eq(self.netdev, netdev.as_raw())
+    }
+
+    /// The netdev of `port`, or `None` once it is being unregistered.
+    pub fn netdev(&self, port: u32) -> Option<ARef<NetDevice>> {
+        // SAFETY: The device is valid; the core returns a held reference or null.
+        let ndev = unsafe { bindings::ib_device_get_netdev(self.as_raw(), port) };
+        let ndev = NonNull::new(ndev)?;
+        // SAFETY: `ib_device_get_netdev` took a reference that the `ARef` now owns.
+        Some(unsafe { ARef::from_raw(ndev.cast::<NetDevice>()) })
+    }
+
+    /// The Ethernet speed and width of `port`, as `(enum ib_port_speed, enum ib_port_width)`.
+    pub fn eth_speed(&self, port: u32) -> Result<(u16, u8)> {
+        let mut speed = 0u16;
+        let mut width = 0u8;
+        // SAFETY: The device is valid; the out pointers are valid for writes.
+        to_result(unsafe { bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width) })?;
+        Ok((speed, width))
+    }
+
+    /// Tells the core's clients (ULPs, user space) about a port event.
+    pub fn dispatch_port_event(&self, port: u32, event: PortEvent) {
+        let kind = match event {
+            PortEvent::Active => bindings::ib_event_type_IB_EVENT_PORT_ACTIVE,
+            PortEvent::Error => bindings::ib_event_type_IB_EVENT_PORT_ERR,
+            PortEvent::AddressChange => bindings::ib_event_type_IB_EVENT_LID_CHANGE,
+            PortEvent::GidChange => bindings::ib_event_type_IB_EVENT_GID_CHANGE,
+        };
+        // SAFETY: An all-zero `ib_event` is valid; the fields used are set below.
+        let mut ev: bindings::ib_event = unsafe { core::mem::zeroed() };
+        ev.device = self.as_raw();
+        ev.event = kind;
+        ev.element.port_num = port;
+        // SAFETY: `ev` is fully set up and the device is valid.
+        unsafe { bindings::ib_dispatch_event(&ev) };
+    }
+
+    /// Finds the device of driver `T` bound to `netdev`, if there is one.
+    pub fn lookup_by_netdev(netdev: &NetDevice) -> Option<ARef<Self>> {
+        // SAFETY: `netdev` is valid; the core returns a referenced device or null.
+        let raw = unsafe { bindings::ib_device_get_by_netdev(netdev.as_raw(), T::DRIVER_ID.to_raw()) };
+        let raw = NonNull::new(raw)?;
+        // Another driver may share the driver id (e.g. the C siw): only our ops identify ours.
+        // SAFETY: `raw` is referenced, so its ops are readable.
+        let ours = unsafe { (*raw.as_ptr()).ops.dealloc_driver } == Some(Adapter::<T>::dealloc_driver as _);
+        if !ours {
+            // SAFETY: Drops the reference `ib_device_get_by_netdev` took.
+            unsafe { bindings::ib_device_put(raw.as_ptr()) };
+            return None;
+        }
+        // SAFETY: `raw` is a device of driver `T`, referenced by us.
+        Some(unsafe { ARef::from_raw(raw.cast()) })
+    }
+
+    /// Unregisters the device from a work item, dropping this reference.
+    ///
+    /// Safe from contexts that must not wait for unregistration, e.g. a netdev notifier.
+    pub fn unregister_queued(this: ARef<Self>) {
+        let raw = this.as_raw();
+        // SAFETY: `raw` is a registered device; the core takes its own reference for the work.
+        unsafe { bindings::ib_unregister_device_queued(raw) };
+    }
+}
+
+/// Whether any RDMA device of any driver is named `name`.
+pub fn name_in_use(name: &CStr) -> bool {
+    // SAFETY: `name` is NUL-terminated; the core returns a referenced device or null.
+    let dev = unsafe {
+        bindings::ib_device_get_by_name(name.as_char_ptr(), bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN)
+    };
+    if dev.is_null() {
+        return false;
+    }
+    // SAFETY: Drops the reference just taken.
+    unsafe { bindings::ib_device_put(dev) };
+    true
+}
+
+/// Whether `netdev` already has a device with driver id `id` (of this or another driver).
+pub fn netdev_has_device(netdev: &NetDevice, id: DriverId) -> bool {
+    // SAFETY: `netdev` is valid; the core returns a referenced device or null.
+    let dev = unsafe { bindings::ib_device_get_by_netdev(netdev.as_raw(), id.to_raw()) };
+    if dev.is_null() {
+        return false;
+    }
+    // SAFETY: Drops the reference just taken.
+    unsafe { bindings::ib_device_put(dev) };
+    true
+}
+
+/// The devices a driver has registered, so that all can be unregistered at module unload.
+///
+/// Dropping the registry unregisters every device and waits until the core has released them.
+///
+/// # Invariants
+///
+/// `devices` holds exactly the devices of this registry whose `dealloc_driver` has not run.
+#[pin_data(PinnedDrop)]
+pub struct Registry<T: Driver> {
+    #[pin]
+    devices: Mutex<KVec<DevicePtr<T>>>,
+    #[pin]
+    released: CondVar,
+    module: &'static ThisModule,
+}
+
+struct DevicePtr<T: Driver>(NonNull<Device<T>>);
+// SAFETY: The pointer is only dereferenced under the registry lock while the device is alive.
+unsafe impl<T: Driver> Send for DevicePtr<T> {}
+
+// SAFETY: All shared state is behind the mutex.
+unsafe impl<T: Driver> Sync for Registry<T> {}
+// SAFETY: See above.
+unsafe impl<T: Driver> Send for Registry<T> {}
+
+impl<T: Driver> Registry<T> {
+    /// Creates an empty registry for devices owned by `module`.
+    pub fn new(module: &'static ThisModule) -> impl PinInit<Self> {
+        pin_init!(Self {
+            devices <- new_mutex!(KVec::new(), "rdma::device::Registry::devices"),
+            released <- new_condvar!("rdma::device::Registry::released"),
+            module,
+        })
+    }
+
+    /// Finds the registered device bound to `netdev`.
+    pub fn find_by_netdev(&self, netdev: &NetDevice) -> Option<ARef<Device<T>>> {
+        self.find(|dev| dev.is_on(netdev))
+    }
+
+    /// Finds a registered device for which `pred` holds.
+    pub fn find(&self, pred: impl Fn(&Device<T>) -> bool) -> Option<ARef<Device<T>>> {
+        let devices = self.devices.lock();
+        for ptr in devices.iter() {
+            // SAFETY: Entries are alive until `dealloc_driver` removes them under this lock.
+            let dev = unsafe { ptr.0.as_ref() };
+            // SAFETY: The device is alive (see above); a zero count means it is unregistering.
+            if !pred(dev) || !unsafe { bindings::ib_device_try_get(dev.as_raw()) } {
+                continue;
+            }
+            // SAFETY: `ib_device_try_get` took the reference the `ARef` now owns.
+            return Some(unsafe { ARef::from_raw(ptr.0) });
+        }
+        None
+    }
+
+    /// Number of devices registered (including ones being unregistered).
+    pub fn count(&self) -> usize {
+        self.devices.lock().len()
+    }
+
+    /// Allocates, sets up and registers a device named `name` on port 1 of `netdev`.
+    ///
+    /// On success the core owns the device.
+    pub fn register(
+        &self,
+        name: &CStr,
+        netdev: &NetDevice,
+        info: &DeviceInfo<'_>,
+        data: impl PinInit<T::Data, Error>,
+    ) -> Result {
+        // Reserve the registry slot first so that no failure is possible after registration.
+        self.devices.lock().reserve(1, GFP_KERNEL)?;
+
+        // SAFETY: Allocates a zeroed, initialized `ib_device` with room for `Device<T>`.
+        let raw = unsafe { bindings::_ib_alloc_device(core::mem::size_of::<Device<T>>()) };
+        let raw = NonNull::new(raw).ok_or(ENOMEM)?;
+        let dev = raw.cast::<Device<T>>().as_ptr();
+
+        // SAFETY: `dev` points at zeroed memory sized for `Device<T>`; `data` is its own field
+        // and is initialized in place (the allocation never moves).
+        let init = unsafe {
+            // A `Registry` is only ever created pinned (it is `PinInit` only) and its drop
+            // waits for all devices, so this pointer stays valid for the device's lifetime.
+            core::ptr::addr_of_mut!((*dev).registry).write(self);
+            core::ptr::addr_of_mut!((*dev).netdev).write(netdev.as_raw());
+            data.__pinned_init(core::ptr::addr_of_mut!((*dev).data))
+        };
+        if let Err(e) = init {
+            // SAFETY: The driver ops (thus `dealloc_driver`) are not installed yet, so this
+            // only frees the core's part.
+            unsafe { bindings::ib_dealloc_device(raw.as_ptr()) };
+            return Err(e);
+        }
+
+        // SAFETY: `raw` is a valid, unregistered device that only this function references.
+        unsafe { Self::setup(raw.as_ptr(), netdev, info, self.module) };
+        // INVARIANT: From here on `dealloc_driver` drops `data` and removes the registry entry.
+        self.devices
+            .lock()
+            .push(DevicePtr(raw.cast()), GFP_KERNEL)
+            .map_err(|_| ENOMEM)?;
+
+        // SAFETY: `raw` is set up; port 1 exists (`phys_port_cnt == 1`).
+        let ret = unsafe { bindings::ib_device_set_netdev(raw.as_ptr(), netdev.as_raw(), 1) };
+        let ret = to_result(ret).and_then(|()| {
+            // SAFETY: `raw` is fully set up; the name is NUL-terminated. A null DMA device
+            // makes it a virtual-DMA device, as software providers are.
+            unsafe {
+                bindings::ib_mark_name_assigned_by_user(raw.as_ptr());
+                to_result(bindings::ib_register_device(
+                    raw.as_ptr(),
+                    name.as_char_ptr(),
+                    core::ptr::null_mut(),
+                ))
+            }
+        });
+        if let Err(e) = ret {
+            // SAFETY: Registration failed, so ownership is back with us; this runs
+            // `dealloc_driver` and frees the device.
+            unsafe { bindings::ib_dealloc_device(raw.as_ptr()) };
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Fills in the core's fields of a fresh device and installs `T`'s ops.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a valid, unregistered device referenced by nothing else.
+    unsafe fn setup(
+        raw: *mut bindings::ib_device,
+        netdev: &NetDevice,
+        info: &DeviceInfo<'_>,
+        module: &'static ThisModule,
+    ) {
+        // SAFETY: The caller guarantees exclusive access to a valid device.
+        let ib = unsafe { &mut *raw };
+        ib.node_type = bindings::RDMA_NODE_RNIC as u8;
+        ib.phys_port_cnt = 1;
+        ib.num_comp_vectors = info.num_comp_vectors.try_into().unwrap_or(1);
+        ib.node_guid = info.node_guid.to_be();
+        copy_cstr(&mut ib.node_desc, info.node_desc.as_bytes());
+        copy_cstr(&mut ib.iw_ifname, netdev.name().as_cstr().as_bytes());
+        ib.iw_driver_flags = bindings::iw_flags_IW_F_NO_PORT_MAP;
+        ib.uverbs_cmd_mask |= 1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND;
+
+        let mut ops = Adapter::<T>::OPS;
+        ops.owner = module.as_ptr();
+        // SAFETY: `ops` is a complete ops table; the core copies it.
+        unsafe { bindings::ib_set_device_ops(raw, &ops) };
+    }
+
+    fn remove(&self, dev: *mut bindings::ib_device) {
+        let mut devices = self.devices.lock();
+        if let Some(pos) = devices
+            .iter()
+            .position(|p| core::ptr::eq(p.0.as_ptr().cast::<bindings::ib_device>(), dev))
+        {
+            let last = devices.len() - 1;
+            devices.as_mut_slice().swap(pos, last);
+            // SAFETY: `last < len`; the element beyond the new length is a plain pointer that
+            // needs no drop.
+            unsafe { devices.set_len(last) };
+        }
+        if devices.is_empty() {
+            self.released.notify_all();
+        }
+    }
+}
+
+#[pinned_drop]
+impl<T: Driver> PinnedDrop for Registry<T> {
+    fn drop(self: Pin<&mut Self>) {
+        // Unregister every device we can take a reference on; devices already unregistering
+        // (count zero) finish on their own and are waited for below.
+        while let Some(dev) = self.find(|_| true) {
+            let raw = ARef::into_raw(dev);
+            // SAFETY: We own the reference `find` took; this unregisters and drops it.
+            unsafe { bindings::ib_unregister_device_and_put(raw.cast::<bindings::ib_device>().as_ptr()) };
+        }
+        let mut devices = self.devices.lock();
+        while !devices.is_empty() {
+            self.released.wait(&mut devices);
+        }
+    }
+}
+
+fn copy_cstr(dst: &mut [crate::ffi::c_char], src: &[u8]) {
+    let n = src.len().min(dst.len().saturating_sub(1));
+    for (d, s) in dst.iter_mut().zip(src.iter().take(n)) {
+        *d = *s as crate::ffi::c_char;
+    }
+    if let Some(last) = dst.get_mut(n) {
+        *last = 0;
+    }
+}
+
+fn mtu_to_enum(mtu: u32) -> bindings::ib_mtu {
+    // SAFETY: Pure function.
+    unsafe { bindings::ib_mtu_int_to_enum(mtu.try_into().unwrap_or(i32::MAX)) }
+}
+
+struct Adapter<T: Driver>(PhantomData<T>);
+
+impl<T: Driver> Adapter<T> {
+    const OPS: bindings::ib_device_ops = {
+        // SAFETY: An all-zero ops table (no ops, no sizes) is valid.
+        let mut ops: bindings::ib_device_ops = unsafe { core::mem::zeroed() };
+        ops.driver_id = T::DRIVER_ID.to_raw();
+        ops.uverbs_abi_ver = T::ABI_VERSION;
+        ops.query_device = Some(Self::query_device);
+        ops.query_port = Some(Self::query_port);
+        ops.query_gid = Some(Self::query_gid);
+        ops.get_port_immutable = Some(Self::get_port_immutable);
+        ops.dealloc_driver = Some(Self::dealloc_driver);
+        if T::HAS_ALLOC_UCONTEXT {
+            ops.alloc_ucontext = Some(Self::alloc_ucontext);
+            ops.dealloc_ucontext = Some(Self::dealloc_ucontext);
+            ops.size_ib_ucontext = core::mem::size_of::<bindings::ib_ucontext>();
+        }
+        ops
+    };
+
+    /// # Safety
+    ///
+    /// `ibdev` must be a live device with these ops.
+    unsafe fn dev<'a>(ibdev: *mut bindings::ib_device) -> &'a Device<T> {
+        // SAFETY: The core calls `T`'s ops only on devices set up by `Registry::<T>::register`.
+        unsafe { Device::from_raw(ibdev) }
+    }
+
+    unsafe extern "C" fn query_device(
+        ibdev: *mut bindings::ib_device,
+        attr: *mut bindings::ib_device_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> crate::ffi::c_int {
+        from_result(|| {
+            // SAFETY: The core passes a device with our ops and a writable `attr`.
+            let (dev, out) = unsafe { (Self::dev(ibdev), &mut *attr) };
+            // Reject unknown extended-request input, as the uverbs ABI asks.
+            // SAFETY: `udata` is null (kernel) or valid for the call.
+            if !udata.is_null() && unsafe { (*udata).inlen } != 0 {
+                return Err(EINVAL);
+            }
+            let a = T::query_device(dev)?;
+            out.fw_ver = a.fw_ver;
+            out.sys_image_guid = a.sys_image_guid.to_be();
+            out.max_mr_size = a.max_mr_size;
+            out.page_size_cap = a.page_size_cap;
+            out.vendor_id = a.vendor_id;
+            out.vendor_part_id = a.vendor_part_id;
+            out.hw_ver = a.hw_ver;
+            out.max_qp = clamp_i32(a.max_qp);
+            out.max_qp_wr = clamp_i32(a.max_qp_wr);
+            out.device_cap_flags = a.device_cap_flags;
+            out.kernel_cap_flags = a.kernel_cap_flags;
+            out.max_send_sge = clamp_i32(a.max_send_sge);
+            out.max_recv_sge = clamp_i32(a.max_recv_sge);
+            out.max_sge_rd = clamp_i32(a.max_sge_rd);
+            out.max_cq = clamp_i32(a.max_cq);
+            out.max_cqe = clamp_i32(a.max_cqe);
+            out.max_mr = clamp_i32(a.max_mr);
+            out.max_pd = clamp_i32(a.max_pd);
+            out.max_qp_rd_atom = clamp_i32(a.max_qp_rd_atom);
+            out.max_qp_init_rd_atom = clamp_i32(a.max_qp_init_rd_atom);
+            out.max_res_rd_atom = clamp_i32(a.max_res_rd_atom);
+            out.max_srq = clamp_i32(a.max_srq);
+            out.max_srq_wr = clamp_i32(a.max_srq_wr);
+            out.max_srq_sge = clamp_i32(a.max_srq_sge);
+            out.max_fast_reg_page_list_len = a.max_fast_reg_page_list_len;
+            out.max_pkeys = a.max_pkeys;
+            out.local_ca_ack_delay = a.local_ca_ack_delay;
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn query_port(
+        ibdev: *mut bindings::ib_device,
+        port: u32,
+        attr: *mut bindings::ib_port_attr,
+    ) -> crate::ffi::c_int {
+        from_result(|| {
+            // SAFETY: The core passes a device with our ops and a writable, zeroed `attr`.
+            let (dev, out) = unsafe { (Self::dev(ibdev), &mut *attr) };
+            let a = T::query_port(dev, port)?;
+            out.state = match a.state {
+                PortState::Down => bindings::ib_port_state_IB_PORT_DOWN,
+                PortState::Init => bindings::ib_port_state_IB_PORT_INIT,
+                PortState::Active => bindings::ib_port_state_IB_PORT_ACTIVE,
+            };
+            out.phys_state = match a.phys_state {
+                PortPhysState::Disabled => bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED,
+                PortPhysState::LinkUp => bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP,
+            } as u8;
+            out.max_mtu = mtu_to_enum(a.max_mtu);
+            out.active_mtu = mtu_to_enum(a.active_mtu);
+            out.active_speed = a.active_speed;
+            out.active_width = a.active_width;
+            out.gid_tbl_len = a.gid_tbl_len;
+            out.max_msg_sz = a.max_msg_sz;
+            out.port_cap_flags = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP
+                | bindings::ib_port_capability_mask_bits_IB_PORT_DEVICE_MGMT_SUP;
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn query_gid(
+        ibdev: *mut bindings::ib_device,
+        port: u32,
+        index: crate::ffi::c_int,
+        gid: *mut bindings::ib_gid,
+    ) -> crate::ffi::c_int {
+        from_result(|| {
+            let index = u32::try_from(index).map_err(|_| EINVAL)?;
+            if index >= T::GID_TABLE_LEN {
+                return Err(EINVAL);
+            }
+            // SAFETY: The core passes a device with our ops.
+            let raw = T::query_gid(unsafe { Self::dev(ibdev) }, port, index)?;
+            // SAFETY: `gid` is writable; `raw` is the 16-byte GID.
+            unsafe { (*gid).raw = raw };
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn get_port_immutable(
+        _ibdev: *mut bindings::ib_device,
+        port: u32,
+        imm: *mut bindings::ib_port_immutable,
+    ) -> crate::ffi::c_int {
+        if port != 1 {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: `imm` is writable for the call.
+        let imm = unsafe { &mut *imm };
+        imm.gid_tbl_len = T::GID_TABLE_LEN as i32;
+        imm.core_cap_flags = bindings::RDMA_CORE_CAP_PROT_IWARP | bindings::RDMA_CORE_CAP_IW_CM;
+        0
+    }
+
+    unsafe extern "C" fn alloc_ucontext(
+        uctx: *mut bindings::ib_ucontext,
+        udata: *mut bindings::ib_udata,
+    ) -> crate::ffi::c_int {
+        from_result(|| {
+            // SAFETY: The core passes a context of a device with our ops.
+            let dev = unsafe { Self::dev((*uctx).device) };
+            // SAFETY: `udata` is null or valid for the call.
+            let mut udata = unsafe { UserData::from_raw(udata) };
+            T::alloc_ucontext(dev, &mut udata)?;
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn dealloc_ucontext(_uctx: *mut bindings::ib_ucontext) {}
+
+    unsafe extern "C" fn dealloc_driver(ibdev: *mut bindings::ib_device) {
+        let dev = ibdev.cast::<Device<T>>();
+        // SAFETY: This is the last op the core calls; `registry` outlives all its devices.
+        let registry = unsafe { &*(*dev).registry };
+        // SAFETY: `data` was initialized in `register` and is dropped exactly once, here; the
+        // core frees the memory afterwards.
+        unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*dev).data)) };
+        registry.remove(ibdev);
+    }
+}
+
+fn clamp_i32(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Driver-specific verbs data exchanged with user space (`struct ib_udata`).
+
+use crate::{bindings, error::Result, prelude::*, uaccess::UserSlice};
+
+/// The driver-private input and output buffers of a user verbs call.
+///
+/// Kernel callers pass no udata; then there is nothing to read and responses are dropped.
+///
+/// # Invariants
+///
+/// `ptr` is null or points at a valid `ib_udata` for the lifetime `'a`.
+pub struct UserData<'a> {
+    ptr: *mut bindings::ib_udata,
+    _p: core::marker::PhantomData<&'a mut bindings::ib_udata>,
+}
+
+impl<'a> UserData<'a> {
+    /// Wraps a raw udata pointer (which may be null for kernel callers).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be null or valid for `'a`.
+    pub(crate) unsafe fn from_raw(ptr: *mut bindings::ib_udata) -> Self {
+        // INVARIANT: Guaranteed by the caller.
+        Self {
+            ptr,
+            _p: core::marker::PhantomData,
+        }
+    }
+
+    /// Whether the call came from user space.
+    pub fn is_user(&self) -> bool {
+        !self.ptr.is_null()
+    }
+
+    /// Writes the driver's response to user space.
+    ///
+    /// Fails with `EINVAL` if the user's buffer is shorter than `resp`, and with `EFAULT` if it
+    /// cannot be written. Does nothing for kernel callers.
+    pub fn respond(&mut self, resp: &[u8]) -> Result {
+        if self.ptr.is_null() {
+            return Ok(());
+        }
+        // SAFETY: By the type invariant `ptr` is valid.
+        let (outbuf, outlen) = unsafe { ((*self.ptr).outbuf, (*self.ptr).outlen) };
+        if outlen < resp.len() {
+            return Err(EINVAL);
+        }
+        UserSlice::new(outbuf as usize, resp.len()).writer().write_slice(resp)
+    }
+}

@@ -6,13 +6,14 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
+    c_str,
     netdev::{self, NetDevice},
     new_mutex,
     prelude::*,
     rdma::{
         device::{
-            self as rdma_dev, Device, DeviceAttr, DeviceInfo, DriverId, PortAttr, PortEvent, PortPhysState,
-            PortState, Registry,
+            self as rdma_dev, Device, DeviceAttr, DeviceInfo, DriverId, PortAttr, PortEvent,
+            PortPhysState, PortState, Registry,
         },
         link::{HandlerSlot, LinkHandler},
         udata::UserData,
@@ -72,8 +73,16 @@ impl rdma_dev::Driver for Rsiw {
         let link_up = ndev.is_running() && ndev.has_carrier();
         let (active_speed, active_width) = dev.eth_speed(port).unwrap_or(FALLBACK_SPEED_WIDTH);
         Ok(PortAttr {
-            state: if link_up { PortState::Active } else { PortState::Down },
-            phys_state: if link_up { PortPhysState::LinkUp } else { PortPhysState::Disabled },
+            state: if link_up {
+                PortState::Active
+            } else {
+                PortState::Down
+            },
+            phys_state: if link_up {
+                PortPhysState::LinkUp
+            } else {
+                PortPhysState::Disabled
+            },
             max_mtu: ndev.max_mtu(),
             active_mtu: ndev.mtu(),
             active_speed,
@@ -88,7 +97,11 @@ impl rdma_dev::Driver for Rsiw {
             return Err(EINVAL);
         }
         // iWARP has no GIDs on the wire; the convention (shared with C siw) is the MAC address.
-        let mac = dev.netdev(port).ok_or(ENODEV)?.mac_address().ok_or(ENODEV)?;
+        let mac = dev
+            .netdev(port)
+            .ok_or(ENODEV)?
+            .mac_address()
+            .ok_or(ENODEV)?;
         let mut gid = [0u8; 16];
         gid[..netdev::ETH_ALEN].copy_from_slice(&mac);
         Ok(gid)
@@ -126,7 +139,12 @@ impl Links {
     fn check_netdev(name: &CStr, ndev: &NetDevice) -> Result {
         let ty = ndev.hw_type();
         if ty != netdev::ARPHRD_ETHER && ty != netdev::ARPHRD_IEEE802 {
-            pr_err!("{}: netdev {} is not Ethernet-like (ARPHRD type {})\n", name, ndev.name(), ty);
+            pr_err!(
+                "{}: netdev {} is not Ethernet-like (ARPHRD type {})\n",
+                name,
+                ndev.name(),
+                ty
+            );
             return Err(EINVAL);
         }
         if ndev.mac_address().is_none() {
@@ -152,7 +170,11 @@ impl LinkHandler for Links {
             return Err(EEXIST);
         }
         if rdma_dev::netdev_has_device(ndev, DriverId::Siw) {
-            pr_err!("{}: netdev {} already has a soft-iWARP device\n", name, ndev.name());
+            pr_err!(
+                "{}: netdev {} already has a soft-iWARP device\n",
+                name,
+                ndev.name()
+            );
             return Err(EEXIST);
         }
         let eui = ndev.eui64().ok_or(EINVAL)?;
@@ -167,7 +189,12 @@ impl LinkHandler for Links {
             node_guid,
         };
         if let Err(e) = self.registry.register(name, ndev, &info, data) {
-            pr_err!("{}: registering on netdev {} failed: {:?}\n", name, ndev.name(), e);
+            pr_err!(
+                "{}: registering on netdev {} failed: {:?}\n",
+                name,
+                ndev.name(),
+                e
+            );
             return Err(e);
         }
         pr_info!("{}: created on netdev {}\n", name, ndev.name());
@@ -186,14 +213,25 @@ impl netdev::Notifier for NetdevEvents {
         match event {
             netdev::Event::Up | netdev::Event::Down | netdev::Event::Change => {
                 let up = ndev.is_running() && ndev.has_carrier();
-                dev.dispatch_port_event(PORT, if up { PortEvent::Active } else { PortEvent::Error });
+                dev.dispatch_port_event(
+                    PORT,
+                    if up {
+                        PortEvent::Active
+                    } else {
+                        PortEvent::Error
+                    },
+                );
             }
             netdev::Event::ChangeAddr => {
                 dev.dispatch_port_event(PORT, PortEvent::AddressChange);
                 dev.dispatch_port_event(PORT, PortEvent::GidChange);
             }
             netdev::Event::Unregister => {
-                pr_info!("{}: netdev {} is going away, removing device\n", dev.name(), ndev.name());
+                pr_info!(
+                    "{}: netdev {} is going away, removing device\n",
+                    dev.name(),
+                    ndev.name()
+                );
                 Device::unregister_queued(dev);
             }
             _ => {}

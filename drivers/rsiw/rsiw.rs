@@ -30,8 +30,12 @@ struct RsiwModule {
 
 impl kernel::Module for RsiwModule {
     fn init(module: &'static ThisModule) -> Result<Self> {
-        let netdev_events = KBox::pin_init(NotifierRegistration::new(device::NetdevEvents), GFP_KERNEL)?;
-        let link = KBox::pin_init(link::Registration::new(device::Links::new(module)), GFP_KERNEL)?;
+        let netdev_events =
+            KBox::pin_init(NotifierRegistration::new(device::NetdevEvents), GFP_KERNEL)?;
+        let link = KBox::pin_init(
+            link::Registration::new(device::Links::new(module)),
+            GFP_KERNEL,
+        )?;
         pr_info!("loaded; create devices with 'rdma link add NAME type rsiw netdev DEV'\n");
         Ok(Self {
             _link: link,

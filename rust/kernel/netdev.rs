@@ -7,7 +7,7 @@
 
 use crate::{
     bindings,
-    error::{to_result, Result},
+    error::to_result,
     prelude::*,
     types::{ARef, AlwaysRefCounted, Opaque},
 };
@@ -102,7 +102,7 @@ impl NetDevice {
         // can at worst give a torn copy, which the forced NUL below keeps well formed.
         let name = unsafe { &(*self.as_raw()).name };
         for (dst, src) in buf.iter_mut().zip(name.iter()) {
-            *dst = *src as u8;
+            *dst = *src;
         }
         buf[IFNAMSIZ - 1] = 0;
         NetDevName(buf)
@@ -251,10 +251,8 @@ impl<T: Notifier> NotifierRegistration<T> {
             // `handler` is initialized before `nb`, so it exists by the time the first callback
             // (a replayed event for an existing device) runs.
             handler,
-            // SAFETY: The closure fully initializes the slot on success. On failure nothing was
-            // registered, so leaving the slot uninitialized is fine.
-            nb <- unsafe {
-                crate::init::pin_init_from_closure(|slot: *mut Opaque<bindings::notifier_block>| {
+            nb <- {
+                let init = |slot: *mut Opaque<bindings::notifier_block>| {
                     let nb = Opaque::raw_get(slot);
                     // SAFETY: `nb` is valid for writes; a zeroed notifier_block is its empty
                     // state.
@@ -265,12 +263,20 @@ impl<T: Notifier> NotifierRegistration<T> {
                     // SAFETY: `nb` is pinned inside `Self`, and `handler` is already initialized
                     // next to it; `PinnedDrop` unregisters it before either is freed.
                     to_result(unsafe { bindings::register_netdevice_notifier(nb) })
-                })
+                };
+                // SAFETY: `init` fully initializes the slot on success. On failure nothing was
+                // registered, so leaving the slot uninitialized is fine.
+                unsafe { crate::init::pin_init_from_closure(init) }
             },
             _pin: PhantomData,
         })
     }
 
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn notifier_callback(
         nb: *mut bindings::notifier_block,
         action: crate::ffi::c_ulong,
@@ -278,7 +284,9 @@ impl<T: Notifier> NotifierRegistration<T> {
     ) -> crate::ffi::c_int {
         // SAFETY: `nb` is the `nb` field of a pinned `NotifierRegistration<T>` (it is only ever
         // registered by `new`), so `container_of` yields the registration.
-        let this = unsafe { &*crate::container_of!(nb.cast::<Opaque<bindings::notifier_block>>(), Self, nb) };
+        let this = unsafe {
+            &*crate::container_of!(nb.cast::<Opaque<bindings::notifier_block>>(), Self, nb)
+        };
         // SAFETY: Netdevice notifiers are passed a `netdev_notifier_info`.
         let dev = unsafe { bindings::netdev_notifier_info_to_dev(data.cast()) };
         if !dev.is_null() {

@@ -32,7 +32,7 @@ pub enum DriverId {
 }
 
 impl DriverId {
-    fn to_raw(self) -> bindings::rdma_driver_id {
+    const fn to_raw(self) -> bindings::rdma_driver_id {
         match self {
             DriverId::Unknown => bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
             DriverId::Siw => bindings::rdma_driver_id_RDMA_DRIVER_SIW,
@@ -61,9 +61,11 @@ pub enum PortPhysState {
 }
 
 /// Device capability flag: the device supports memory management extensions (FRWR).
-pub const DEVICE_MEM_MGT_EXTENSIONS: u64 = bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
+pub const DEVICE_MEM_MGT_EXTENSIONS: u64 =
+    bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
 /// Kernel capability flag: `rdma link delete` may unregister the device.
-pub const KERNEL_CAP_ALLOW_USER_UNREG: u64 = bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
+pub const KERNEL_CAP_ALLOW_USER_UNREG: u64 =
+    bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
 /// Kernel capability flag: the device has a local DMA lkey usable for all kernel memory.
 pub const KERNEL_CAP_LOCAL_DMA_LKEY: u64 = bindings::ib_kernel_cap_flags_IBK_LOCAL_DMA_LKEY as u64;
 
@@ -170,7 +172,7 @@ pub trait Driver: Sized + 'static {
 
     /// Sets up a user context; may write a driver-specific response to `udata`.
     fn alloc_ucontext(_dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result {
-        build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+        crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 }
 
@@ -262,7 +264,9 @@ impl<T: Driver> Device<T> {
         let mut speed = 0u16;
         let mut width = 0u8;
         // SAFETY: The device is valid; the out pointers are valid for writes.
-        to_result(unsafe { bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width) })?;
+        to_result(unsafe {
+            bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width)
+        })?;
         Ok((speed, width))
     }
 
@@ -286,11 +290,15 @@ impl<T: Driver> Device<T> {
     /// Finds the device of driver `T` bound to `netdev`, if there is one.
     pub fn lookup_by_netdev(netdev: &NetDevice) -> Option<ARef<Self>> {
         // SAFETY: `netdev` is valid; the core returns a referenced device or null.
-        let raw = unsafe { bindings::ib_device_get_by_netdev(netdev.as_raw(), T::DRIVER_ID.to_raw()) };
+        let raw =
+            unsafe { bindings::ib_device_get_by_netdev(netdev.as_raw(), T::DRIVER_ID.to_raw()) };
         let raw = NonNull::new(raw)?;
         // Another driver may share the driver id (e.g. the C siw): only our ops identify ours.
+        // Addresses are compared: a C driver's callbacks can never share code with ours.
         // SAFETY: `raw` is referenced, so its ops are readable.
-        let ours = unsafe { (*raw.as_ptr()).ops.dealloc_driver } == Some(Adapter::<T>::dealloc_driver as _);
+        let theirs = unsafe { (*raw.as_ptr()).ops.dealloc_driver }.map_or(0, |f| f as usize);
+        let ours_fn: unsafe extern "C" fn(*mut bindings::ib_device) = Adapter::<T>::dealloc_driver;
+        let ours = theirs == ours_fn as usize;
         if !ours {
             // SAFETY: Drops the reference `ib_device_get_by_netdev` took.
             unsafe { bindings::ib_device_put(raw.as_ptr()) };
@@ -314,7 +322,10 @@ impl<T: Driver> Device<T> {
 pub fn name_in_use(name: &CStr) -> bool {
     // SAFETY: `name` is NUL-terminated; the core returns a referenced device or null.
     let dev = unsafe {
-        bindings::ib_device_get_by_name(name.as_char_ptr(), bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN)
+        bindings::ib_device_get_by_name(
+            name.as_char_ptr(),
+            bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+        )
     };
     if dev.is_null() {
         return false;
@@ -516,7 +527,9 @@ impl<T: Driver> PinnedDrop for Registry<T> {
         while let Some(dev) = self.find(|_| true) {
             let raw = ARef::into_raw(dev);
             // SAFETY: We own the reference `find` took; this unregisters and drops it.
-            unsafe { bindings::ib_unregister_device_and_put(raw.cast::<bindings::ib_device>().as_ptr()) };
+            unsafe {
+                bindings::ib_unregister_device_and_put(raw.cast::<bindings::ib_device>().as_ptr())
+            };
         }
         let mut devices = self.devices.lock();
         while !devices.is_empty() {
@@ -569,6 +582,11 @@ impl<T: Driver> Adapter<T> {
         unsafe { Device::from_raw(ibdev) }
     }
 
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn query_device(
         ibdev: *mut bindings::ib_device,
         attr: *mut bindings::ib_device_attr,
@@ -614,6 +632,11 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn query_port(
         ibdev: *mut bindings::ib_device,
         port: u32,
@@ -644,6 +667,11 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn query_gid(
         ibdev: *mut bindings::ib_device,
         port: u32,
@@ -663,6 +691,11 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn get_port_immutable(
         _ibdev: *mut bindings::ib_device,
         port: u32,
@@ -678,6 +711,11 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn alloc_ucontext(
         uctx: *mut bindings::ib_ucontext,
         udata: *mut bindings::ib_udata,
@@ -692,8 +730,18 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn dealloc_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn dealloc_driver(ibdev: *mut bindings::ib_device) {
         let dev = ibdev.cast::<Device<T>>();
         // SAFETY: This is the last op the core calls; `registry` outlives all its devices.

@@ -64,35 +64,38 @@ impl<T: LinkHandler> Registration<T> {
     pub fn new(handler: impl PinInit<T, Error>) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             handler <- handler,
-            // SAFETY: The closure fully initializes the slot before publishing it.
-            ops <- unsafe {
-                crate::init::pin_init_from_closure(
-                    move |slot: *mut Opaque<bindings::rdma_link_ops>| {
-                        let ops = Opaque::raw_get(slot);
-                        // SAFETY: `ops` is valid for writes. A zeroed `list_head` is fine: the
-                        // core initializes it on registration.
-                        unsafe {
-                            ops.write(core::mem::zeroed());
-                            (*ops).type_ = T::TYPE.as_char_ptr();
-                            (*ops).newlink = Some(Self::newlink_callback);
-                        }
-                        // SAFETY: `slot` is the `ops` field of a pinned `Self` whose `handler`
-                        // is initialized.
-                        let this = unsafe { crate::container_of!(slot, Self, ops) };
-                        // SAFETY: `this` points at a pinned, partially initialized `Self`;
-                        // only the initialized `handler` is referenced.
-                        let handler = unsafe { core::ptr::addr_of!((*this).handler) };
-                        T::slot().0.store(handler.cast_mut(), Ordering::Release);
-                        // SAFETY: `ops` lives (pinned) until `PinnedDrop` unregisters it.
-                        unsafe { bindings::rdma_link_register(ops) };
-                        Ok::<(), Error>(())
-                    },
-                )
+            ops <- {
+                let init = move |slot: *mut Opaque<bindings::rdma_link_ops>| {
+                    let ops = Opaque::raw_get(slot);
+                    // SAFETY: `ops` is valid for writes. A zeroed `list_head` is fine: the core
+                    // initializes it on registration.
+                    unsafe {
+                        ops.write(core::mem::zeroed());
+                        (*ops).type_ = T::TYPE.as_char_ptr();
+                        (*ops).newlink = Some(Self::newlink_callback);
+                    }
+                    // SAFETY: `slot` is the `ops` field of a pinned `Self` whose `handler` is
+                    // initialized, so the pointer arithmetic stays inside that allocation.
+                    let this = unsafe { crate::container_of!(slot, Self, ops) };
+                    // SAFETY: Only the initialized `handler` field is referenced.
+                    let handler = unsafe { core::ptr::addr_of!((*this).handler) };
+                    T::slot().0.store(handler.cast_mut(), Ordering::Release);
+                    // SAFETY: `ops` lives (pinned) until `PinnedDrop` unregisters it.
+                    unsafe { bindings::rdma_link_register(ops) };
+                    Ok::<(), Error>(())
+                };
+                // SAFETY: `init` fully initializes the slot and cannot fail.
+                unsafe { crate::init::pin_init_from_closure(init) }
             },
             _pin: core::marker::PhantomPinned,
         })
     }
 
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn newlink_callback(
         ibdev_name: *const crate::ffi::c_char,
         ndev: *mut bindings::net_device,

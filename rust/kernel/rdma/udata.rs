@@ -48,6 +48,8 @@ impl<'a> UserData<'a> {
         if outlen < resp.len() {
             return Err(EINVAL);
         }
-        UserSlice::new(outbuf as usize, resp.len()).writer().write_slice(resp)
+        UserSlice::new(outbuf as usize, resp.len())
+            .writer()
+            .write_slice(resp)
     }
 }

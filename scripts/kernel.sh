@@ -22,9 +22,9 @@ fi
 cd "$KDIR"
 if [ ! -f .config ] || [ ! -f .rsiw-configured ]; then
 	progress "configuring kernel $KVER (virtme-ng minimal config + qemu/rsiw.config)"
-	vng --kconfig --force >/dev/null
+	vng --kconfig --force >"$RSIW_CACHE/kernel-config.log" 2>&1
 	cat "$RSIW_ROOT/qemu/rsiw.config" >> .config
-	make -s LLVM=1 olddefconfig
+	make -s LLVM=1 olddefconfig >>"$RSIW_CACHE/kernel-config.log" 2>&1
 	# Every option the fragment sets must have survived olddefconfig.
 	bad=0
 	while IFS= read -r line; do

@@ -10,7 +10,9 @@
 
 use kernel::{netdev::NotifierRegistration, prelude::*, rdma::link};
 
+pub mod crc;
 mod device;
+pub mod proto;
 
 module! {
     type: RsiwModule,

@@ -1,0 +1,1299 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! MPA Full Operation framing (RFC 5044 §4–§6): FPDUs with ULPDU_Length,
+//! PAD, CRC32c and Markers.
+//!
+//! An FPDU is `ULPDU_Length (BE16) | ULPDU | PAD (0-3) | CRC (4, LSB
+//! first)`, with a 4-octet Marker `0000 | FPDUPTR` inserted wherever the
+//! stream offset, counted from the first octet of Full Operation in that
+//! direction, is a multiple of 512. FPDUPTR is the distance from the FPDU's
+//! ULPDU_Length back to the Marker, or 0 for a Marker that falls between two
+//! FPDUs (it then belongs to the following FPDU). Markers are covered by the
+//! CRC of the FPDU they belong to.
+//!
+//! Because every FPDU is a multiple of four octets long and Full Operation
+//! starts on a Marker boundary, a Marker can only fall before an FPDU,
+//! inside its ULPDU (even inside the DDP header), or between PAD and CRC;
+//! never between ULPDU_Length and the ULPDU nor inside the CRC. Both the
+//! transmitter and the receiver below rely on this.
+//!
+//! Transmit: [`Segmenter`] cuts one RDMAP message into DDP segments of at
+//! most MULPDU octets; each [`FpduTx`] yields [`TxPiece`]s: small byte runs
+//! it builds itself (header, Markers, PAD and CRC) and payload ranges that
+//! refer to the caller's buffers, so payload pages can be sent without a
+//! copy. The caller feeds payload octets back with [`FpduTx::feed_payload`]
+//! for the CRC.
+//!
+//! Receive: [`RxStream::poll`] parses a byte stream fed in arbitrary chunks
+//! (down to single octets) and can stop and resume at any octet. It reports
+//! each segment's header, then payload ranges, which the caller places with
+//! [`RxStream::copy_payload`] (copy and CRC in one pass) or accounts for
+//! with [`RxStream::consume_payload`], then the CRC verdict.
+
+use super::crc::{finish, from_wire, to_wire, Crc32c, CRC32C_INIT};
+use super::ddp::{DdpHdr, TaggedHdr, UntaggedHdr, DDP_VERSION, TAGGED_HDR_LEN, UNTAGGED_HDR_LEN};
+use super::error::{DdpUntagged, MpaCode, RdmapOperation, TermError};
+use super::rdmap::{
+    ctrl_octet, ctrl_opcode_bits, ctrl_version, Offending, Opcode, RawDdpHdr, ReadRequest,
+    Terminate, QN_READ_REQUEST, QN_SEND, QN_TERMINATE, RDMAP_VERSION, READ_REQ_LEN, TERM_CTRL_LEN,
+    TERM_MAX_LEN,
+};
+use super::wire::{be16, put};
+
+/// Marker spacing in the TCP byte stream.
+pub const MARKER_INTERVAL: u32 = 512;
+/// Marker length.
+pub const MARKER_LEN: usize = 4;
+/// Length of the ULPDU_Length field.
+pub const LEN_FIELD: usize = 2;
+/// Length of the CRC field (present even when CRC is off).
+pub const CRC_LEN: usize = 4;
+/// Smallest MULPDU MPA may report (RFC 5044 §3, §4.5).
+pub const MULPDU_MIN: u16 = 128;
+/// Largest ULPDU a sender may post (RFC 5044 §3).
+pub const MULPDU_MAX: u16 = 64768;
+/// Longest ULPDU header the core builds or collects: an untagged DDP header
+/// plus the longest Terminate body.
+pub const ULPDU_HDR_MAX: usize = UNTAGGED_HDR_LEN + TERM_MAX_LEN;
+/// Capacity of an inline piece: a Marker, ULPDU_Length, the longest header
+/// and one more Marker.
+pub const INLINE_MAX: usize = MARKER_LEN + LEN_FIELD + ULPDU_HDR_MAX + MARKER_LEN;
+
+/// PAD length for a ULPDU of `ulpdu_len` octets (RFC 5044 §4.1).
+pub const fn pad_len(ulpdu_len: u16) -> usize {
+    (4 - (LEN_FIELD + ulpdu_len as usize) % 4) % 4
+}
+
+/// MULPDU for an effective MSS (RFC 5044 §4.5): EMSS minus the worst-case
+/// framing overhead, never below 128 and never above 64768.
+pub fn mulpdu(emss: u32, markers: bool) -> u16 {
+    let markers_len = if markers {
+        emss.div_ceil(MARKER_INTERVAL)
+            .saturating_mul(MARKER_LEN as u32)
+    } else {
+        0
+    };
+    let overhead = (LEN_FIELD + CRC_LEN) as u32 + emss % 4 + markers_len;
+    let v = emss
+        .saturating_sub(overhead)
+        .clamp(u32::from(MULPDU_MIN), u32::from(MULPDU_MAX));
+    u16::try_from(v).unwrap_or(MULPDU_MAX)
+}
+
+fn marker_due(markers: bool, off: u32) -> bool {
+    markers && off % MARKER_INTERVAL == 0
+}
+
+fn until_marker(markers: bool, off: u32) -> usize {
+    if markers {
+        (MARKER_INTERVAL - off % MARKER_INTERVAL) as usize
+    } else {
+        usize::MAX
+    }
+}
+
+/// Misuse of the transmit API or an invalid message description.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxError {
+    /// MULPDU outside 128..=64768.
+    BadMulpdu(u16),
+    /// Tagged Offset plus message length exceeds 2^64.
+    ToWrap,
+    /// Read Requests and Terminates carry no caller payload.
+    PayloadNotAllowed,
+    /// The payload of the previous piece was not fed before the next piece
+    /// was requested (CRC on).
+    PayloadNotFed,
+    /// More payload fed than the pieces handed out.
+    PayloadOverfed,
+    /// Internal inconsistency (a bug); the FPDU must not be sent.
+    Internal,
+}
+
+/// Per-direction transmit state: framing options and the stream offset
+/// that places Markers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxStream {
+    markers: bool,
+    crc: bool,
+    off: u32,
+}
+
+impl TxStream {
+    /// State at the start of Full Operation (offset 0 is a Marker position).
+    pub const fn new(markers: bool, crc: bool) -> Self {
+        Self {
+            markers,
+            crc,
+            off: 0,
+        }
+    }
+
+    /// Octets laid out so far (mod 2^32).
+    pub const fn offset(&self) -> u32 {
+        self.off
+    }
+
+    /// Whether Markers are inserted.
+    pub const fn markers(&self) -> bool {
+        self.markers
+    }
+
+    /// Whether CRC is generated.
+    pub const fn crc(&self) -> bool {
+        self.crc
+    }
+}
+
+/// One RDMAP message to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxOp {
+    /// RDMA Write to the peer's `stag` at `to`.
+    Write {
+        /// Data Sink STag.
+        stag: u32,
+        /// Data Sink Tagged Offset of the first octet.
+        to: u64,
+    },
+    /// RDMA Read Response into the requester's `stag` at `to`.
+    ReadResponse {
+        /// Data Sink STag from the Read Request.
+        stag: u32,
+        /// Data Sink Tagged Offset from the Read Request.
+        to: u64,
+    },
+    /// Send, optionally with Solicited Event and/or Invalidate.
+    Send {
+        /// MSN on QN 0.
+        msn: u32,
+        /// Send with Solicited Event.
+        solicited: bool,
+        /// STag to invalidate at the peer.
+        invalidate: Option<u32>,
+    },
+    /// RDMA Read Request.
+    ReadRequest {
+        /// MSN on QN 1.
+        msn: u32,
+        /// The Read Request header.
+        req: ReadRequest,
+    },
+    /// Terminate.
+    Terminate {
+        /// MSN on QN 2.
+        msn: u32,
+        /// The Terminate body.
+        term: Terminate,
+    },
+}
+
+impl TxOp {
+    /// The RDMAP opcode this message is sent with.
+    pub const fn opcode(&self) -> Opcode {
+        match self {
+            Self::Write { .. } => Opcode::Write,
+            Self::ReadResponse { .. } => Opcode::ReadResponse,
+            Self::Send {
+                solicited,
+                invalidate,
+                ..
+            } => match (*solicited, invalidate.is_some()) {
+                (false, false) => Opcode::Send,
+                (false, true) => Opcode::SendInvalidate,
+                (true, false) => Opcode::SendSe,
+                (true, true) => Opcode::SendSeInvalidate,
+            },
+            Self::ReadRequest { .. } => Opcode::ReadRequest,
+            Self::Terminate { .. } => Opcode::Terminate,
+        }
+    }
+}
+
+/// Cuts one message into FPDUs of at most MULPDU octets of ULPDU.
+#[derive(Clone, Copy, Debug)]
+pub struct Segmenter {
+    op: TxOp,
+    total: u32,
+    done: u32,
+    mulpdu: u16,
+    finished: bool,
+}
+
+impl Segmenter {
+    /// A segmenter for `op` with `payload_len` octets of caller payload.
+    pub fn new(op: TxOp, payload_len: u32, mulpdu: u16) -> Result<Self, TxError> {
+        if !(MULPDU_MIN..=MULPDU_MAX).contains(&mulpdu) {
+            return Err(TxError::BadMulpdu(mulpdu));
+        }
+        match op {
+            TxOp::ReadRequest { .. } | TxOp::Terminate { .. } if payload_len != 0 => {
+                return Err(TxError::PayloadNotAllowed)
+            }
+            TxOp::Write { to, .. } | TxOp::ReadResponse { to, .. } => {
+                to.checked_add(u64::from(payload_len))
+                    .ok_or(TxError::ToWrap)?;
+            }
+            _ => {}
+        }
+        Ok(Self {
+            op,
+            total: payload_len,
+            done: 0,
+            mulpdu,
+            finished: false,
+        })
+    }
+
+    /// Length of the ULPDU header (DDP plus RDMAP) of every segment.
+    pub fn hdr_len(&self) -> usize {
+        let ddp = if self.op.opcode().is_tagged() {
+            TAGGED_HDR_LEN
+        } else {
+            UNTAGGED_HDR_LEN
+        };
+        let extra = match &self.op {
+            TxOp::ReadRequest { .. } => READ_REQ_LEN,
+            TxOp::Terminate { term, .. } => term.encoded_len(),
+            _ => 0,
+        };
+        ddp.saturating_add(extra)
+    }
+
+    /// Whether every FPDU of the message has been produced.
+    pub const fn is_done(&self) -> bool {
+        self.finished
+    }
+
+    /// Payload octets already assigned to FPDUs.
+    pub const fn payload_done(&self) -> u32 {
+        self.done
+    }
+
+    fn header(&self, last: bool, out: &mut [u8; ULPDU_HDR_MAX]) -> Option<usize> {
+        let op = self.op.opcode();
+        let rsvd_ulp = ctrl_octet(RDMAP_VERSION, op);
+        let untagged = |qn: u32, msn: u32, inval: u32| {
+            DdpHdr::Untagged(UntaggedHdr {
+                last,
+                dv: DDP_VERSION,
+                rsvd_ulp,
+                rsvd_ulp2: inval,
+                qn,
+                msn,
+                mo: self.done,
+            })
+        };
+        let ddp = match &self.op {
+            TxOp::Write { stag, to } | TxOp::ReadResponse { stag, to } => {
+                DdpHdr::Tagged(TaggedHdr {
+                    last,
+                    dv: DDP_VERSION,
+                    rsvd_ulp,
+                    stag: *stag,
+                    to: to.checked_add(u64::from(self.done))?,
+                })
+            }
+            TxOp::Send {
+                msn, invalidate, ..
+            } => untagged(QN_SEND, *msn, invalidate.unwrap_or(0)),
+            TxOp::ReadRequest { msn, .. } => untagged(QN_READ_REQUEST, *msn, 0),
+            TxOp::Terminate { msn, .. } => untagged(QN_TERMINATE, *msn, 0),
+        };
+        let mut n = ddp.encode(out)?;
+        match &self.op {
+            TxOp::ReadRequest { req, .. } => {
+                put(out, n, &req.encode())?;
+                n = n.checked_add(READ_REQ_LEN)?;
+            }
+            TxOp::Terminate { term, .. } => {
+                let mut body = [0u8; TERM_MAX_LEN];
+                let len = term.encode(&mut body);
+                put(out, n, body.get(..len)?)?;
+                n = n.checked_add(len)?;
+            }
+            _ => {}
+        }
+        Some(n)
+    }
+
+    /// Lays out the next FPDU on `stream`, or `None` when the message is
+    /// complete. The stream offset advances by the FPDU's full wire length.
+    pub fn next_fpdu(&mut self, stream: &mut TxStream) -> Option<FpduTx> {
+        if self.finished {
+            return None;
+        }
+        let mut hdr = [0u8; ULPDU_HDR_MAX];
+        // The header never exceeds ULPDU_HDR_MAX (70) < MULPDU_MIN (128).
+        let room = u32::from(self.mulpdu).checked_sub(u32::try_from(self.hdr_len()).ok()?)?;
+        let chunk = self.total.checked_sub(self.done)?.min(room);
+        let last = self.done.checked_add(chunk)? == self.total;
+        let hlen = self.header(last, &mut hdr)?;
+        let fpdu = FpduTx::new(stream, hdr.get(..hlen)?, self.done, chunk)?;
+        self.done = self.done.checked_add(chunk)?;
+        self.finished = last;
+        Some(fpdu)
+    }
+}
+
+/// A run of octets built by the core: header, Markers, PAD, CRC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineBytes {
+    buf: [u8; INLINE_MAX],
+    len: u8,
+}
+
+impl InlineBytes {
+    const fn new() -> Self {
+        Self {
+            buf: [0u8; INLINE_MAX],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, b: &[u8]) -> Result<(), TxError> {
+        let at = usize::from(self.len);
+        put(&mut self.buf, at, b).ok_or(TxError::Internal)?;
+        self.len = u8::try_from(at + b.len()).map_err(|_| TxError::Internal)?;
+        Ok(())
+    }
+
+    /// The octets.
+    pub fn as_slice(&self) -> &[u8] {
+        self.buf.get(..usize::from(self.len)).unwrap_or(&[])
+    }
+}
+
+/// One piece of an FPDU, in wire order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxPiece {
+    /// Octets to send as given.
+    Bytes(InlineBytes),
+    /// `len` octets of the message payload starting at `offset` (relative
+    /// to the start of the message's payload). Send them from the caller's
+    /// buffers and pass them to [`FpduTx::feed_payload`].
+    Payload {
+        /// Offset in the message payload.
+        offset: u32,
+        /// Length.
+        len: u32,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TxPhase {
+    Head,
+    Payload,
+    Trailer,
+    Done,
+}
+
+/// One outbound FPDU, produced piece by piece.
+#[derive(Clone, Copy, Debug)]
+pub struct FpduTx {
+    head: [u8; LEN_FIELD + ULPDU_HDR_MAX],
+    head_len: usize,
+    payload_off: u32,
+    payload_len: u32,
+    pad: usize,
+    markers: bool,
+    crc_on: bool,
+    start: u32,
+    len_pos: u32,
+    wire: u32,
+    wire_len: u32,
+    crc: u32,
+    phase: TxPhase,
+    emitted: u32,
+    fed: u32,
+}
+
+impl FpduTx {
+    fn new(stream: &mut TxStream, hdr: &[u8], payload_off: u32, payload_len: u32) -> Option<Self> {
+        let ulpdu =
+            u16::try_from(hdr.len().checked_add(usize::try_from(payload_len).ok()?)?).ok()?;
+        let mut head = [0u8; LEN_FIELD + ULPDU_HDR_MAX];
+        put(&mut head, 0, &ulpdu.to_be_bytes())?;
+        put(&mut head, LEN_FIELD, hdr)?;
+        let pad = pad_len(ulpdu);
+        let content = u32::from(ulpdu).checked_add((LEN_FIELD + pad + CRC_LEN) as u32)?;
+        // Lay the FPDU out once to learn its wire length (Markers included).
+        let start = stream.off;
+        let mut w = start;
+        let mut left = content;
+        while left > 0 {
+            if marker_due(stream.markers, w) {
+                w = w.wrapping_add(MARKER_LEN as u32);
+            }
+            let step = left.min(u32::try_from(until_marker(stream.markers, w)).unwrap_or(u32::MAX));
+            left -= step;
+            w = w.wrapping_add(step);
+        }
+        let wire_len = w.wrapping_sub(start);
+        stream.off = w;
+        let lead = if marker_due(stream.markers, start) {
+            MARKER_LEN as u32
+        } else {
+            0
+        };
+        Some(Self {
+            head,
+            head_len: LEN_FIELD.checked_add(hdr.len())?,
+            payload_off,
+            payload_len,
+            pad,
+            markers: stream.markers,
+            crc_on: stream.crc,
+            start,
+            len_pos: start.wrapping_add(lead),
+            wire: start,
+            wire_len,
+            crc: CRC32C_INIT,
+            phase: TxPhase::Head,
+            emitted: 0,
+            fed: 0,
+        })
+    }
+
+    /// ULPDU length (DDP header plus payload).
+    pub fn ulpdu_len(&self) -> u16 {
+        be16(&self.head, 0).unwrap_or(0)
+    }
+
+    /// Total octets on the wire, Markers, PAD and CRC included.
+    pub const fn wire_len(&self) -> u32 {
+        self.wire_len
+    }
+
+    /// Offset of this FPDU's payload in the message payload.
+    pub const fn payload_offset(&self) -> u32 {
+        self.payload_off
+    }
+
+    /// Payload octets in this FPDU.
+    pub const fn payload_len(&self) -> u32 {
+        self.payload_len
+    }
+
+    /// The ULPDU header octets (DDP header and any RDMAP header).
+    pub fn ulpdu_header(&self) -> &[u8] {
+        self.head.get(LEN_FIELD..self.head_len).unwrap_or(&[])
+    }
+
+    fn marker(&self) -> [u8; MARKER_LEN] {
+        let ptr = if self.wire == self.start {
+            0
+        } else {
+            u16::try_from(self.wire.wrapping_sub(self.len_pos)).unwrap_or(0)
+        };
+        let p = ptr.to_be_bytes();
+        [0, 0, p[0], p[1]]
+    }
+
+    fn push_with_markers(&mut self, out: &mut InlineBytes, bytes: &[u8]) -> Result<(), TxError> {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if marker_due(self.markers, self.wire) {
+                out.push(&self.marker())?;
+                self.wire = self.wire.wrapping_add(MARKER_LEN as u32);
+            }
+            let n = rest.len().min(until_marker(self.markers, self.wire));
+            let (now, later) = rest.split_at(n);
+            out.push(now)?;
+            self.wire = self
+                .wire
+                .wrapping_add(u32::try_from(n).map_err(|_| TxError::Internal)?);
+            rest = later;
+        }
+        Ok(())
+    }
+
+    fn crc_over<C: Crc32c + ?Sized>(&mut self, crc: &C, b: &[u8]) {
+        if self.crc_on {
+            self.crc = crc.update(self.crc, b);
+        }
+    }
+
+    /// The next piece, or `None` when the FPDU is complete. After a
+    /// [`TxPiece::Payload`], feed its octets with [`Self::feed_payload`]
+    /// before asking for the next piece (when CRC is on).
+    pub fn next_piece<C: Crc32c + ?Sized>(&mut self, crc: &C) -> Result<Option<TxPiece>, TxError> {
+        loop {
+            match self.phase {
+                TxPhase::Head => {
+                    let mut out = InlineBytes::new();
+                    let head = self.head;
+                    self.push_with_markers(&mut out, head.get(..self.head_len).unwrap_or(&[]))?;
+                    self.crc_over(crc, out.as_slice());
+                    self.phase = if self.payload_len > 0 {
+                        TxPhase::Payload
+                    } else {
+                        TxPhase::Trailer
+                    };
+                    return Ok(Some(TxPiece::Bytes(out)));
+                }
+                TxPhase::Payload => {
+                    if self.crc_on && self.fed != self.emitted {
+                        return Err(TxError::PayloadNotFed);
+                    }
+                    let left = self.payload_len.saturating_sub(self.emitted);
+                    if left == 0 {
+                        self.phase = TxPhase::Trailer;
+                        continue;
+                    }
+                    if marker_due(self.markers, self.wire) {
+                        let mut out = InlineBytes::new();
+                        out.push(&self.marker())?;
+                        self.wire = self.wire.wrapping_add(MARKER_LEN as u32);
+                        self.crc_over(crc, out.as_slice());
+                        return Ok(Some(TxPiece::Bytes(out)));
+                    }
+                    let room =
+                        u32::try_from(until_marker(self.markers, self.wire)).unwrap_or(u32::MAX);
+                    let len = left.min(room);
+                    let offset = self
+                        .payload_off
+                        .checked_add(self.emitted)
+                        .ok_or(TxError::Internal)?;
+                    self.emitted = self.emitted.saturating_add(len);
+                    self.wire = self.wire.wrapping_add(len);
+                    return Ok(Some(TxPiece::Payload { offset, len }));
+                }
+                TxPhase::Trailer => {
+                    if self.crc_on && self.fed != self.emitted {
+                        return Err(TxError::PayloadNotFed);
+                    }
+                    let mut out = InlineBytes::new();
+                    let zeros = [0u8; 3];
+                    self.push_with_markers(&mut out, zeros.get(..self.pad).unwrap_or(&[]))?;
+                    if marker_due(self.markers, self.wire) {
+                        out.push(&self.marker())?;
+                        self.wire = self.wire.wrapping_add(MARKER_LEN as u32);
+                    }
+                    self.crc_over(crc, out.as_slice());
+                    let value = if self.crc_on { finish(self.crc) } else { 0 };
+                    out.push(&to_wire(value))?;
+                    self.wire = self.wire.wrapping_add(CRC_LEN as u32);
+                    self.phase = TxPhase::Done;
+                    if self.wire.wrapping_sub(self.start) != self.wire_len {
+                        return Err(TxError::Internal);
+                    }
+                    return Ok(Some(TxPiece::Bytes(out)));
+                }
+                TxPhase::Done => return Ok(None),
+            }
+        }
+    }
+
+    /// Feeds payload octets, in order, for the CRC. `data` must be (part
+    /// of) the payload range handed out by the last piece.
+    pub fn feed_payload<C: Crc32c + ?Sized>(
+        &mut self,
+        crc: &C,
+        data: &[u8],
+    ) -> Result<(), TxError> {
+        let n = u32::try_from(data.len()).map_err(|_| TxError::PayloadOverfed)?;
+        let fed = self.fed.checked_add(n).ok_or(TxError::PayloadOverfed)?;
+        if fed > self.emitted {
+            return Err(TxError::PayloadOverfed);
+        }
+        self.crc_over(crc, data);
+        self.fed = fed;
+        Ok(())
+    }
+
+    /// Writes the whole FPDU into `out` using `payload` as the message
+    /// payload (for tests, short messages and callers with contiguous
+    /// buffers). Returns the number of octets written.
+    pub fn write_to<C: Crc32c + ?Sized>(
+        &mut self,
+        crc: &C,
+        payload: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, TxError> {
+        let mut n = 0usize;
+        while let Some(p) = self.next_piece(crc)? {
+            match p {
+                TxPiece::Bytes(b) => {
+                    put(out, n, b.as_slice()).ok_or(TxError::Internal)?;
+                    n += b.as_slice().len();
+                }
+                TxPiece::Payload { offset, len } => {
+                    let s = usize::try_from(offset).map_err(|_| TxError::Internal)?;
+                    let e = s
+                        .checked_add(usize::try_from(len).map_err(|_| TxError::Internal)?)
+                        .ok_or(TxError::Internal)?;
+                    let src = payload.get(s..e).ok_or(TxError::Internal)?;
+                    put(out, n, src).ok_or(TxError::Internal)?;
+                    n += src.len();
+                    self.feed_payload(crc, src)?;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Receive-side framing options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxConfig {
+    /// The peer inserts Markers.
+    pub markers: bool,
+    /// CRCs are checked.
+    pub crc: bool,
+    /// Largest ULPDU_Length accepted (RFC 5044 §3 lets a receiver refuse
+    /// more than its MULPDU; the default accepts any 16-bit length).
+    pub max_ulpdu: u16,
+}
+
+impl RxConfig {
+    /// Options with the given Markers and CRC settings and no length limit.
+    pub const fn new(markers: bool, crc: bool) -> Self {
+        Self {
+            markers,
+            crc,
+            max_ulpdu: u16::MAX,
+        }
+    }
+}
+
+/// A received segment's header and what follows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// ULPDU_Length of the FPDU.
+    pub ulpdu_len: u16,
+    /// The DDP header.
+    pub hdr: DdpHdr,
+    /// The RDMAP opcode.
+    pub opcode: Opcode,
+    /// Payload octets after the headers.
+    pub payload_len: u32,
+    /// The Read Request header, for an RDMA Read Request.
+    pub read_request: Option<ReadRequest>,
+    /// The Terminate body, for a Terminate.
+    pub terminate: Option<Terminate>,
+    /// The DDP header as received, for Terminate header copies.
+    pub raw_ddp: RawDdpHdr,
+}
+
+impl SegmentInfo {
+    /// What a Terminate about this segment may copy.
+    pub fn offending(&self) -> Offending {
+        Offending {
+            segment_len: self.ulpdu_len,
+            ddp: self.raw_ddp,
+            read_request: self.read_request.map(|r| r.encode()),
+        }
+    }
+}
+
+/// What [`RxStream::poll`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxEvent {
+    /// All input consumed; feed more.
+    NeedMore,
+    /// A segment's headers are complete and passed the stateless checks
+    /// (versions, opcode, QN, header lengths). Validate it against the
+    /// stream state ([`super::ddp::DdpRx`], STag lookup) before placing.
+    Header(SegmentInfo),
+    /// The `len` octets of input following the consumed ones are payload
+    /// at `offset` in the segment's payload. Place or discard them with
+    /// [`RxStream::copy_payload`] or [`RxStream::consume_payload`]; until
+    /// then `poll` reports the same range again.
+    Payload {
+        /// Octets of payload available in the input.
+        len: usize,
+        /// Offset in the segment's payload.
+        offset: u32,
+    },
+    /// The FPDU is complete and its CRC (if on) and Markers checked out.
+    /// The segment may now be delivered.
+    SegmentDone,
+}
+
+/// The result of one poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxOutput {
+    /// Input octets consumed (framing and headers; never payload).
+    pub consumed: usize,
+    /// What was found.
+    pub event: RxEvent,
+}
+
+/// A receive error. After any error other than [`RxError::PayloadMisuse`]
+/// the stream delivers nothing more (RFC 5044 §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxError {
+    /// CRC mismatch (Terminate 2/0/0x02).
+    Crc {
+        /// CRC computed over the FPDU.
+        computed: u32,
+        /// CRC in the FPDU.
+        received: u32,
+    },
+    /// A Marker's FPDUPTR disagrees with ULPDU_Length framing while the CRC
+    /// is valid or off (Terminate 2/0/0x03).
+    MarkerMismatch {
+        /// FPDUPTR the framing implies.
+        expected: u16,
+        /// FPDUPTR received (low two bits masked).
+        found: u16,
+    },
+    /// Header or length violation, with its Terminate class. It is raised
+    /// once the whole FPDU is in and only if its CRC (when on) is valid, so a
+    /// header damaged in transit is reported as a CRC error.
+    Protocol(TermError),
+    /// The caller passed more payload than the last [`RxEvent::Payload`]
+    /// granted, or a destination too short. Nothing was changed.
+    PayloadMisuse,
+}
+
+impl RxError {
+    /// The Terminate class to report.
+    pub const fn term(&self) -> TermError {
+        match self {
+            Self::Crc { .. } => TermError::Mpa(MpaCode::Crc),
+            Self::MarkerMismatch { .. } => TermError::Mpa(MpaCode::MarkerMismatch),
+            Self::Protocol(t) => *t,
+            Self::PayloadMisuse => TermError::RdmapCatastrophic,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RxState {
+    Len,
+    HdrCtrl,
+    HdrBase,
+    HdrExtra,
+    Payload,
+    Skip,
+    Pad,
+    Crc,
+}
+
+/// Per-direction receive state: an incremental FPDU parser.
+#[derive(Clone, Copy, Debug)]
+pub struct RxStream {
+    cfg: RxConfig,
+    off: u32,
+    state: RxState,
+    fpdu_open: bool,
+    len_pos: u32,
+    buf: [u8; LEN_FIELD + ULPDU_HDR_MAX],
+    have: usize,
+    need: usize,
+    ulpdu_len: u16,
+    payload_len: u32,
+    payload_done: u32,
+    grant: u32,
+    pad_left: usize,
+    crc_buf: [u8; CRC_LEN],
+    crc_have: usize,
+    marker: [u8; MARKER_LEN],
+    marker_have: usize,
+    marker_expected: u16,
+    marker_bad: Option<(u16, u16)>,
+    pending: Option<RxError>,
+    skip_left: u32,
+    crc_upto: usize,
+    crc: u32,
+    failed: Option<RxError>,
+}
+
+impl RxStream {
+    /// State at the start of Full Operation in the receive direction.
+    pub const fn new(cfg: RxConfig) -> Self {
+        Self {
+            cfg,
+            off: 0,
+            state: RxState::Len,
+            fpdu_open: false,
+            len_pos: 0,
+            buf: [0u8; LEN_FIELD + ULPDU_HDR_MAX],
+            have: 0,
+            need: LEN_FIELD,
+            ulpdu_len: 0,
+            payload_len: 0,
+            payload_done: 0,
+            grant: 0,
+            pad_left: 0,
+            crc_buf: [0u8; CRC_LEN],
+            crc_have: 0,
+            marker: [0u8; MARKER_LEN],
+            marker_have: 0,
+            marker_expected: 0,
+            marker_bad: None,
+            pending: None,
+            skip_left: 0,
+            crc_upto: 0,
+            crc: CRC32C_INIT,
+            failed: None,
+        }
+    }
+
+    /// The configuration.
+    pub const fn config(&self) -> &RxConfig {
+        &self.cfg
+    }
+
+    /// Octets consumed since the start of Full Operation (mod 2^32).
+    pub const fn offset(&self) -> u32 {
+        self.off
+    }
+
+    /// Whether the parser sits between FPDUs (no partial FPDU buffered).
+    pub const fn at_boundary(&self) -> bool {
+        !self.fpdu_open && self.marker_have == 0
+    }
+
+    /// The error that stopped the stream, if any.
+    pub const fn error(&self) -> Option<RxError> {
+        self.failed
+    }
+
+    /// What a Terminate may copy about the segment being parsed, once its
+    /// DDP header is in (also after a header error).
+    pub fn offending(&self) -> Option<Offending> {
+        let ulpdu = self.buf.get(LEN_FIELD..self.have)?;
+        let ddp = RawDdpHdr::from_ulpdu(ulpdu)?;
+        let hl = ddp.as_bytes().len();
+        let read_request = match ulpdu.get(1).map(|c| ctrl_opcode_bits(*c)) {
+            Some(v) if v == Opcode::ReadRequest as u8 && !ddp.header()?.is_tagged() => {
+                ulpdu.get(hl..hl.checked_add(READ_REQ_LEN)?).map(|b| {
+                    let mut a = [0u8; READ_REQ_LEN];
+                    a.copy_from_slice(b);
+                    a
+                })
+            }
+            _ => None,
+        };
+        Some(Offending {
+            segment_len: self.ulpdu_len,
+            ddp,
+            read_request,
+        })
+    }
+
+    fn fail(&mut self, e: RxError) -> Result<RxOutput, RxError> {
+        self.failed = Some(e);
+        Err(e)
+    }
+
+    /// A header error: the FPDU's remaining octets are consumed (for the
+    /// CRC) without being reported, and the error is raised at the trailer
+    /// unless the CRC or a Marker reveals transmission damage instead.
+    fn defer(&mut self, e: RxError) {
+        let got = self.have.saturating_sub(LEN_FIELD);
+        let left = usize::from(self.ulpdu_len).saturating_sub(got);
+        self.pending = Some(e);
+        self.skip_left = u32::try_from(left).unwrap_or(0);
+        self.pad_left = pad_len(self.ulpdu_len);
+        self.state = RxState::Skip;
+    }
+
+    fn crc_over<C: Crc32c + ?Sized>(&mut self, crc: &C, b: &[u8]) {
+        if self.cfg.crc {
+            self.crc = crc.update(self.crc, b);
+        }
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.off = self.off.wrapping_add(u32::try_from(n).unwrap_or(0));
+    }
+
+    fn limit(&self, rest: usize, want: usize) -> usize {
+        rest.min(want).min(until_marker(self.cfg.markers, self.off))
+    }
+
+    fn open_fpdu(&mut self, lead_marker: bool) {
+        self.fpdu_open = true;
+        self.crc = CRC32C_INIT;
+        self.len_pos = if lead_marker {
+            self.off.wrapping_add(MARKER_LEN as u32)
+        } else {
+            self.off
+        };
+    }
+
+    /// Runs the CRC over header octets collected but not yet covered. Header
+    /// octets are summed in one call when the header is complete, or
+    /// earlier when a Marker or payload octet must follow them in the CRC.
+    fn flush_hdr_crc<C: Crc32c + ?Sized>(&mut self, crc: &C) {
+        if self.have > self.crc_upto {
+            if self.cfg.crc {
+                let b = self.buf.get(self.crc_upto..self.have).unwrap_or(&[]);
+                self.crc = crc.update(self.crc, b);
+            }
+            self.crc_upto = self.have;
+        }
+    }
+
+    /// Collects header octets up to `self.need`; returns the octets used.
+    fn collect(&mut self, rest: &[u8]) -> usize {
+        let n = self.limit(rest.len(), self.need.saturating_sub(self.have));
+        let src = rest.get(..n).unwrap_or(&[]);
+        if put(&mut self.buf, self.have, src).is_none() {
+            return 0;
+        }
+        self.have = self.have.saturating_add(n);
+        self.advance(n);
+        n
+    }
+
+    /// Checks the base DDP header and RDMAP control; sets `need` for the
+    /// RDMAP header that follows.
+    fn check_base(&mut self) -> Result<(), RxError> {
+        let err = |t| Err(RxError::Protocol(t));
+        let ulpdu = self.buf.get(LEN_FIELD..self.have).unwrap_or(&[]);
+        let Ok(hdr) = DdpHdr::parse(ulpdu) else {
+            return err(TermError::DdpCatastrophic);
+        };
+        if hdr.dv() != DDP_VERSION {
+            return err(hdr.version_error());
+        }
+        if ctrl_version(hdr.rsvd_ulp()) != RDMAP_VERSION {
+            return err(TermError::RdmapOperation(RdmapOperation::InvalidVersion));
+        }
+        let Some(op) = Opcode::from_bits(ctrl_opcode_bits(hdr.rsvd_ulp())) else {
+            return err(TermError::RdmapOperation(RdmapOperation::UnexpectedOpcode));
+        };
+        if op.is_tagged() != hdr.is_tagged() {
+            return err(TermError::RdmapOperation(RdmapOperation::UnexpectedOpcode));
+        }
+        if let DdpHdr::Untagged(u) = hdr {
+            if u.qn > QN_TERMINATE {
+                return err(TermError::DdpUntagged(DdpUntagged::InvalidQn));
+            }
+            if op.queue() != Some(u.qn) {
+                return err(TermError::RdmapOperation(RdmapOperation::UnexpectedOpcode));
+            }
+            if matches!(op, Opcode::ReadRequest | Opcode::Terminate) {
+                // Single-segment messages with a fixed-size queue buffer.
+                if u.mo != 0 {
+                    return err(TermError::DdpUntagged(DdpUntagged::InvalidMo));
+                }
+                if !u.last {
+                    return err(TermError::DdpUntagged(DdpUntagged::TooLong));
+                }
+            }
+        }
+        let base = hdr.encoded_len();
+        let ulpdu_len = usize::from(self.ulpdu_len);
+        let extra = match op {
+            Opcode::ReadRequest => {
+                if ulpdu_len > base + READ_REQ_LEN {
+                    return err(TermError::DdpUntagged(DdpUntagged::TooLong));
+                }
+                READ_REQ_LEN
+            }
+            Opcode::Terminate => {
+                if ulpdu_len > base + TERM_MAX_LEN {
+                    return err(TermError::DdpUntagged(DdpUntagged::TooLong));
+                }
+                ulpdu_len.saturating_sub(base)
+            }
+            _ => 0,
+        };
+        let min_extra = if op == Opcode::Terminate {
+            TERM_CTRL_LEN
+        } else {
+            extra
+        };
+        if ulpdu_len < base + min_extra {
+            return err(TermError::RdmapOperation(
+                RdmapOperation::CatastrophicStream,
+            ));
+        }
+        self.need = LEN_FIELD + base + extra;
+        Ok(())
+    }
+
+    fn finish_header(&mut self) -> Result<SegmentInfo, RxError> {
+        let bad = RxError::Protocol(TermError::RdmapOperation(
+            RdmapOperation::CatastrophicStream,
+        ));
+        let ulpdu = self.buf.get(LEN_FIELD..self.have).ok_or(bad)?;
+        let hdr = DdpHdr::parse(ulpdu).map_err(|_| bad)?;
+        let raw_ddp = RawDdpHdr::from_ulpdu(ulpdu).ok_or(bad)?;
+        let opcode = Opcode::from_bits(ctrl_opcode_bits(hdr.rsvd_ulp())).ok_or(bad)?;
+        let rest = ulpdu.get(hdr.encoded_len()..).ok_or(bad)?;
+        let read_request = match opcode {
+            Opcode::ReadRequest => Some(ReadRequest::parse(rest).ok_or(bad)?),
+            _ => None,
+        };
+        let terminate = match opcode {
+            Opcode::Terminate => Some(Terminate::parse(rest).map_err(|_| bad)?),
+            _ => None,
+        };
+        let hdr_total = u32::try_from(self.have.saturating_sub(LEN_FIELD)).map_err(|_| bad)?;
+        let payload_len = u32::from(self.ulpdu_len)
+            .checked_sub(hdr_total)
+            .ok_or(bad)?;
+        Ok(SegmentInfo {
+            ulpdu_len: self.ulpdu_len,
+            hdr,
+            opcode,
+            payload_len,
+            read_request,
+            terminate,
+            raw_ddp,
+        })
+    }
+
+    /// Parses as much of `input` as possible and reports the next event.
+    /// Call again with `input[consumed..]` (after handling payload) until
+    /// it reports [`RxEvent::NeedMore`].
+    pub fn poll<C: Crc32c + ?Sized>(&mut self, input: &[u8], crc: &C) -> Result<RxOutput, RxError> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        let mut used = 0usize;
+        loop {
+            let rest = input.get(used..).unwrap_or(&[]);
+            let need_more = Ok(RxOutput {
+                consumed: used,
+                event: RxEvent::NeedMore,
+            });
+            if self.marker_have > 0 || marker_due(self.cfg.markers, self.off) {
+                if rest.is_empty() {
+                    return need_more;
+                }
+                self.flush_hdr_crc(crc);
+                if self.marker_have == 0 {
+                    if self.state == RxState::Len && self.have == 0 {
+                        self.open_fpdu(true);
+                        self.marker_expected = 0;
+                    } else {
+                        self.marker_expected =
+                            u16::try_from(self.off.wrapping_sub(self.len_pos)).unwrap_or(u16::MAX);
+                    }
+                }
+                let n = rest.len().min(MARKER_LEN - self.marker_have);
+                let src = rest.get(..n).unwrap_or(&[]);
+                if put(&mut self.marker, self.marker_have, src).is_none() {
+                    return self.fail(RxError::Protocol(TermError::DdpCatastrophic));
+                }
+                self.crc_over(crc, src);
+                self.marker_have += n;
+                self.advance(n);
+                used += n;
+                if self.marker_have == MARKER_LEN {
+                    self.marker_have = 0;
+                    let found = be16(&self.marker, 2).unwrap_or(0) & !3;
+                    if found != self.marker_expected && self.marker_bad.is_none() {
+                        self.marker_bad = Some((self.marker_expected, found));
+                    }
+                }
+                continue;
+            }
+            match self.state {
+                RxState::Len => {
+                    if rest.is_empty() {
+                        return need_more;
+                    }
+                    if !self.fpdu_open {
+                        self.open_fpdu(false);
+                    }
+                    used += self.collect(rest);
+                    if self.have < LEN_FIELD {
+                        continue;
+                    }
+                    self.ulpdu_len = be16(&self.buf, 0).unwrap_or(0);
+                    self.pad_left = pad_len(self.ulpdu_len);
+                    self.need = LEN_FIELD + 1;
+                    self.state = RxState::HdrCtrl;
+                    if self.ulpdu_len > self.cfg.max_ulpdu
+                        || usize::from(self.ulpdu_len) < TAGGED_HDR_LEN
+                    {
+                        self.defer(RxError::Protocol(TermError::DdpCatastrophic));
+                    }
+                }
+                RxState::HdrCtrl | RxState::HdrBase | RxState::HdrExtra => {
+                    if self.have < self.need {
+                        if rest.is_empty() {
+                            return need_more;
+                        }
+                        used += self.collect(rest);
+                        continue;
+                    }
+                    match self.state {
+                        RxState::HdrCtrl => {
+                            let ctrl = self.buf.get(LEN_FIELD).copied().unwrap_or(0);
+                            let base = DdpHdr::len_from_ctrl(ctrl);
+                            self.need = LEN_FIELD + base;
+                            self.state = RxState::HdrBase;
+                            if usize::from(self.ulpdu_len) < base {
+                                self.defer(RxError::Protocol(TermError::DdpCatastrophic));
+                            }
+                        }
+                        RxState::HdrBase => {
+                            self.state = RxState::HdrExtra;
+                            if let Err(e) = self.check_base() {
+                                self.defer(e);
+                            }
+                        }
+                        _ => {
+                            let seg = match self.finish_header() {
+                                Ok(s) => s,
+                                Err(e) => {
+                                    self.defer(e);
+                                    continue;
+                                }
+                            };
+                            self.payload_len = seg.payload_len;
+                            self.payload_done = 0;
+                            self.grant = 0;
+                            self.state = if seg.payload_len > 0 {
+                                RxState::Payload
+                            } else {
+                                RxState::Pad
+                            };
+                            return Ok(RxOutput {
+                                consumed: used,
+                                event: RxEvent::Header(seg),
+                            });
+                        }
+                    }
+                }
+                RxState::Payload => {
+                    self.flush_hdr_crc(crc);
+                    let left = self.payload_len.saturating_sub(self.payload_done);
+                    if left == 0 {
+                        self.state = RxState::Pad;
+                        continue;
+                    }
+                    if rest.is_empty() {
+                        return need_more;
+                    }
+                    let len = self.limit(rest.len(), usize::try_from(left).unwrap_or(usize::MAX));
+                    self.grant = u32::try_from(len).unwrap_or(0);
+                    return Ok(RxOutput {
+                        consumed: used,
+                        event: RxEvent::Payload {
+                            len,
+                            offset: self.payload_done,
+                        },
+                    });
+                }
+                RxState::Skip => {
+                    self.flush_hdr_crc(crc);
+                    if self.skip_left == 0 {
+                        self.state = RxState::Pad;
+                        continue;
+                    }
+                    if rest.is_empty() {
+                        return need_more;
+                    }
+                    let left = usize::try_from(self.skip_left).unwrap_or(usize::MAX);
+                    let n = self.limit(rest.len(), left);
+                    self.crc_over(crc, rest.get(..n).unwrap_or(&[]));
+                    self.skip_left = self.skip_left.saturating_sub(u32::try_from(n).unwrap_or(0));
+                    self.advance(n);
+                    used += n;
+                }
+                RxState::Pad => {
+                    self.flush_hdr_crc(crc);
+                    if self.pad_left == 0 {
+                        self.state = RxState::Crc;
+                        continue;
+                    }
+                    if rest.is_empty() {
+                        return need_more;
+                    }
+                    let n = self.limit(rest.len(), self.pad_left);
+                    self.crc_over(crc, rest.get(..n).unwrap_or(&[]));
+                    self.pad_left -= n;
+                    self.advance(n);
+                    used += n;
+                }
+                RxState::Crc => {
+                    self.flush_hdr_crc(crc);
+                    if rest.is_empty() {
+                        return need_more;
+                    }
+                    let n = rest.len().min(CRC_LEN - self.crc_have);
+                    if put(
+                        &mut self.crc_buf,
+                        self.crc_have,
+                        rest.get(..n).unwrap_or(&[]),
+                    )
+                    .is_none()
+                    {
+                        return self.fail(RxError::Protocol(TermError::DdpCatastrophic));
+                    }
+                    self.crc_have += n;
+                    self.advance(n);
+                    used += n;
+                    if self.crc_have < CRC_LEN {
+                        continue;
+                    }
+                    let received = from_wire(self.crc_buf);
+                    let computed = finish(self.crc);
+                    if self.cfg.crc && computed != received {
+                        return self.fail(RxError::Crc { computed, received });
+                    }
+                    if let Some((expected, found)) = self.marker_bad {
+                        return self.fail(RxError::MarkerMismatch { expected, found });
+                    }
+                    if let Some(e) = self.pending {
+                        return self.fail(e);
+                    }
+                    self.state = RxState::Len;
+                    self.fpdu_open = false;
+                    self.have = 0;
+                    self.crc_upto = 0;
+                    self.need = LEN_FIELD;
+                    self.crc_have = 0;
+                    return Ok(RxOutput {
+                        consumed: used,
+                        event: RxEvent::SegmentDone,
+                    });
+                }
+            }
+        }
+    }
+
+    fn take_payload(&mut self, n: usize) -> Result<(), RxError> {
+        let n32 = u32::try_from(n).map_err(|_| RxError::PayloadMisuse)?;
+        if self.state != RxState::Payload || n32 > self.grant {
+            return Err(RxError::PayloadMisuse);
+        }
+        self.grant -= n32;
+        self.payload_done = self.payload_done.saturating_add(n32);
+        self.advance(n);
+        Ok(())
+    }
+
+    /// Copies payload octets `src` (from the start of the range the last
+    /// [`RxEvent::Payload`] reported) into `dst` and updates the CRC in the
+    /// same pass. `src` may be a prefix of that range.
+    pub fn copy_payload<C: Crc32c + ?Sized>(
+        &mut self,
+        src: &[u8],
+        dst: &mut [u8],
+        crc: &C,
+    ) -> Result<(), RxError> {
+        if dst.len() < src.len() {
+            return Err(RxError::PayloadMisuse);
+        }
+        self.take_payload(src.len())?;
+        if self.cfg.crc {
+            self.crc = crc.copy_update(self.crc, src, dst);
+        } else if let Some(d) = dst.get_mut(..src.len()) {
+            d.copy_from_slice(src);
+        }
+        Ok(())
+    }
+
+    /// Accounts for payload octets `src` the caller placed itself or
+    /// discards (CRC only).
+    pub fn consume_payload<C: Crc32c + ?Sized>(
+        &mut self,
+        src: &[u8],
+        crc: &C,
+    ) -> Result<(), RxError> {
+        self.take_payload(src.len())?;
+        self.crc_over(crc, src);
+        Ok(())
+    }
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The host half of `make check`: the protocol core's lints, unit, property,
+# negative and tshark tests, and a bounded run of each fuzz target.
+# Ends with exactly one line "host: N passed, M failed"; exits non-zero if
+# anything failed. FUZZ_SECONDS (default 30) bounds each fuzz target and
+# PROPTEST_CASES (default 1000) sizes the property tests.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CRATE=$ROOT/selftests/proto
+export PATH="$HOME/.cargo/bin:$PATH"
+export CARGO_TARGET_DIR=$CRATE/target
+export PROPTEST_CASES=${PROPTEST_CASES:-1000}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+passed=0 failed=0
+log=$(mktemp -d)
+trap 'rm -rf "$log"' EXIT
+
+ok() { passed=$((passed + 1)); echo "ok - $*"; }
+notok() { failed=$((failed + 1)); echo "not ok - $*"; }
+
+cd "$CRATE" || exit 1
+
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+	echo "==> installing cargo-fuzz from crates.io" >&2
+	cargo install --locked --quiet cargo-fuzz || notok "installing cargo-fuzz"
+fi
+
+# Formatting and the kernel's lint set (src/lib.rs mirrors it).
+if rustfmt --edition 2021 --check "$ROOT"/drivers/rsiw/proto/*.rs src/lib.rs >"$log/fmt" 2>&1 &&
+	cargo clippy --locked --quiet --lib -- -D warnings >"$log/clippy" 2>&1; then
+	ok "proto core: rustfmt and clippy clean"
+else
+	cat "$log/fmt" "$log/clippy"
+	notok "proto core: rustfmt or clippy"
+fi
+
+# Unit, property, negative and tshark tests: one result per test.
+cargo test --locked --no-fail-fast 2>&1 | tee "$log/test" | grep -E '^test .* \.\.\. |^error' || true
+t_ok=$(grep -cE '^test .* \.\.\. ok$' "$log/test")
+t_bad=$(grep -cE '^test .* \.\.\. FAILED$' "$log/test")
+passed=$((passed + t_ok))
+failed=$((failed + t_bad))
+if grep -qE '^error(\[|:)' "$log/test" && [ "$t_bad" = 0 ]; then
+	notok "cargo test did not build or run"
+fi
+
+# Each fuzz target for a bounded time (libFuzzer via cargo-fuzz; nightly
+# flags are unlocked with RUSTC_BOOTSTRAP on the stable toolchain).
+fuzz_one() { # target seconds
+	local t=$1 s=$2
+	RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$CRATE/target/fuzz cargo fuzz run --fuzz-dir fuzz \
+		"$t" -- -max_total_time="$s" >"$log/fuzz-$t" 2>&1 && return 0
+	# Without an ASan runtime, fall back to an uninstrumented build.
+	grep -q 'sanitizer' "$log/fuzz-$t" && ! grep -q 'ERROR: libFuzzer\|panicked' "$log/fuzz-$t" &&
+		RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$CRATE/target/fuzz cargo fuzz run --fuzz-dir fuzz \
+			--sanitizer none "$t" -- -max_total_time="$s" >"$log/fuzz-$t" 2>&1
+}
+for t in rx_parser mpa_negotiation; do
+	if fuzz_one "$t" "$FUZZ_SECONDS"; then
+		ok "fuzz $t (${FUZZ_SECONDS}s, $(grep -oE 'Done [0-9]+ runs' "$log/fuzz-$t" | tail -1))"
+	else
+		tail -n 30 "$log/fuzz-$t"
+		notok "fuzz $t"
+	fi
+done
+
+echo "host: $passed passed, $failed failed"
+[ "$failed" = 0 ] && [ "$passed" -gt 0 ]

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Fuzzes MPA startup: a policy chosen from the input, then arbitrary
+//! octets fed in arbitrary chunks to a responder and an initiator. Neither
+//! may panic or consume octets it was not given.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rsiw_proto::proto::mpa::RtrSet;
+use rsiw_proto::proto::negotiate::{Initiator, MpaEvent, MpaPolicy, Responder};
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 6 {
+        return;
+    }
+    let (h, body) = data.split_at(6);
+    let p = MpaPolicy {
+        rev: h[0] % 4,
+        crc: h[1] & 1 != 0,
+        markers_rx: h[1] & 2 != 0,
+        markers_tx_ok: h[1] & 4 != 0,
+        enhanced: h[1] & 8 != 0,
+        ird: u16::from_be_bytes([h[2], h[3]]),
+        ord: u16::from_be_bytes([h[3], h[4]]),
+        p2p: h[1] & 16 != 0,
+        rtr: RtrSet {
+            send: h[1] & 32 != 0,
+            write: h[1] & 64 != 0,
+            read: h[1] & 128 != 0,
+        },
+    };
+    let chunk = usize::from(h[5]).max(1);
+    let mut r = Responder::new(&p);
+    for c in body.chunks(chunk) {
+        let s = r.on_data(c);
+        assert!(s.consumed <= c.len());
+        if s.event == MpaEvent::RequestReceived {
+            if h[5] & 1 == 0 {
+                let _ = r.accept(&body[..body.len().min(600)]);
+            } else {
+                let _ = r.reject(&[1, 2, 3]);
+            }
+        }
+    }
+    let _ = r.on_timeout();
+    if let Ok((mut i, f)) = Initiator::new(&p, &body[..body.len().min(520)]) {
+        assert!(f.as_bytes().len() <= 532);
+        for c in body.chunks(chunk) {
+            let s = i.on_data(c);
+            assert!(s.consumed <= c.len());
+        }
+        let _ = i.on_timeout();
+        let _ = i.peer_private_data();
+    }
+});

@@ -26,7 +26,7 @@ ibv_devices
 step "ibv_devinfo -d rsiw0"
 ibv_devinfo -d rsiw0
 step "kernel log"
-dmesg | grep -E 'rsiw' || true
+dmesg | grep -E '\] rsiw: ' || true
 
 state=$(rdma link show rsiw0/1 | grep -o 'state [A-Z]*' | head -n1)
 echo

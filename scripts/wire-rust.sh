@@ -24,6 +24,8 @@ sync_file() { # src dst
 set_block() { # file comment-prefix anchor-regex content
 	local file=$1 c=$2 anchor=$3 content=$4 tmp
 	tmp=$(mktemp)
+	# With a block already there, rewrite it in place and ignore the anchor.
+	grep -qxF "$c rsiw begin" "$file" && anchor=""
 	awk -v c="$c" -v anchor="$anchor" -v content="$content" '
 		BEGIN { begin = c " rsiw begin"; end = c " rsiw end"; done = 0 }
 		$0 == begin { skip = 1; next }

@@ -83,7 +83,11 @@ impl rdma_dev::Driver for Rsiw {
             } else {
                 PortPhysState::Disabled
             },
-            max_mtu: ndev.max_mtu(),
+            // A max_mtu of zero means the netdev sets no limit (e.g. dummy).
+            max_mtu: match ndev.max_mtu() {
+                0 => u32::MAX,
+                max => max.max(ndev.mtu()),
+            },
             active_mtu: ndev.mtu(),
             active_speed,
             active_width,

@@ -24,3 +24,11 @@ kernel_dir() {
 	key=$( { kernel_version; echo "vng $VNG_VERSION"; cat "$RSIW_ROOT/qemu/rsiw.config"; } | sha256sum | cut -c1-12)
 	echo "$RSIW_CACHE/linux-$(kernel_version)-$key"
 }
+
+# Serializes everything that writes the cached kernel tree (wiring rust/, kernel
+# and module builds), so parallel make invocations cannot interleave.
+lock_kernel_tree() {
+	mkdir -p "$RSIW_CACHE"
+	exec 9>"$RSIW_CACHE/kernel-tree.lock"
+	flock 9
+}

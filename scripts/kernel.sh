@@ -7,7 +7,7 @@ set -euo pipefail
 [ -f "$KERNEL_TARBALL" ] || die "$KERNEL_TARBALL missing: run scripts/deps.sh"
 KDIR=$(kernel_dir)
 KVER=$(kernel_version)
-mkdir -p "$RSIW_CACHE"
+lock_kernel_tree
 
 if [ ! -f "$KDIR/.unpacked" ]; then
 	progress "unpacking Debian linux-source $KVER into $KDIR"

@@ -4,6 +4,7 @@
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 KDIR=$(kernel_dir)
+lock_kernel_tree
 [ -f "$KDIR/vmlinux" ] || die "no kernel build in $KDIR: run 'make kernel'"
 args=(-C "$KDIR" M="$RSIW_ROOT" LLVM=1 -j"$JOBS")
 [ -n "${CLIPPY:-}" ] && args+=(CLIPPY=1)

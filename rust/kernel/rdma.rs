@@ -8,6 +8,7 @@
 //! C headers: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h),
 //! [`include/rdma/rdma_netlink.h`](srctree/include/rdma/rdma_netlink.h).
 
+pub mod consumer;
 pub mod device;
 pub mod link;
 pub mod udata;

@@ -1,0 +1,3 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! debugfs control files (placeholder; being written).

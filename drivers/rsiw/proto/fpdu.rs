@@ -216,6 +216,7 @@ pub struct Segmenter {
     total: u32,
     done: u32,
     mulpdu: u16,
+    hdr_len: u8,
     finished: bool,
 }
 
@@ -235,28 +236,31 @@ impl Segmenter {
             }
             _ => {}
         }
+        let ddp = if op.opcode().is_tagged() {
+            TAGGED_HDR_LEN
+        } else {
+            UNTAGGED_HDR_LEN
+        };
+        let extra = match &op {
+            TxOp::ReadRequest { .. } => READ_REQ_LEN,
+            TxOp::Terminate { term, .. } => term.encoded_len(),
+            _ => 0,
+        };
+        // At most ULPDU_HDR_MAX (70), below MULPDU_MIN (128).
+        let hdr_len = u8::try_from(ddp.saturating_add(extra)).map_err(|_| TxError::Internal)?;
         Ok(Self {
             op,
             total: payload_len,
             done: 0,
             mulpdu,
+            hdr_len,
             finished: false,
         })
     }
 
     /// Length of the ULPDU header (DDP plus RDMAP) of every segment.
-    pub fn hdr_len(&self) -> usize {
-        let ddp = if self.op.opcode().is_tagged() {
-            TAGGED_HDR_LEN
-        } else {
-            UNTAGGED_HDR_LEN
-        };
-        let extra = match &self.op {
-            TxOp::ReadRequest { .. } => READ_REQ_LEN,
-            TxOp::Terminate { term, .. } => term.encoded_len(),
-            _ => 0,
-        };
-        ddp.saturating_add(extra)
+    pub const fn hdr_len(&self) -> usize {
+        self.hdr_len as usize
     }
 
     /// Whether every FPDU of the message has been produced.
@@ -269,9 +273,9 @@ impl Segmenter {
         self.done
     }
 
-    fn header(&self, last: bool, out: &mut [u8; ULPDU_HDR_MAX]) -> Option<usize> {
-        let op = self.op.opcode();
-        let rsvd_ulp = ctrl_octet(RDMAP_VERSION, op);
+    /// Writes the ULPDU header of the next segment to the start of `out`.
+    fn header(&self, last: bool, out: &mut [u8]) -> Option<usize> {
+        let rsvd_ulp = ctrl_octet(RDMAP_VERSION, self.op.opcode());
         let untagged = |qn: u32, msn: u32, inval: u32| {
             DdpHdr::Untagged(UntaggedHdr {
                 last,
@@ -322,52 +326,65 @@ impl Segmenter {
         if self.finished {
             return None;
         }
-        let mut hdr = [0u8; ULPDU_HDR_MAX];
-        // The header never exceeds ULPDU_HDR_MAX (70) < MULPDU_MIN (128).
-        let room = u32::from(self.mulpdu).checked_sub(u32::try_from(self.hdr_len()).ok()?)?;
+        let room = u32::from(self.mulpdu).checked_sub(u32::from(self.hdr_len))?;
         let chunk = self.total.checked_sub(self.done)?.min(room);
-        let last = self.done.checked_add(chunk)? == self.total;
-        let hlen = self.header(last, &mut hdr)?;
-        let fpdu = FpduTx::new(stream, hdr.get(..hlen)?, self.done, chunk)?;
-        self.done = self.done.checked_add(chunk)?;
+        let end = self.done.checked_add(chunk)?;
+        let last = end == self.total;
+        let ulpdu = u16::try_from(u32::from(self.hdr_len).checked_add(chunk)?).ok()?;
+        let mut f = FpduTx::blank(stream, ulpdu, self.done, chunk);
+        // The linear head (ULPDU_Length and header) goes right after room
+        // for a leading Marker; `layout` then inserts any Markers in place.
+        put(&mut f.buf, HEAD_AT, &ulpdu.to_be_bytes())?;
+        let hlen = self.header(last, f.buf.get_mut(HEAD_AT + LEN_FIELD..HEAD_CAP)?)?;
+        if hlen != self.hdr_len() {
+            return None;
+        }
+        f.layout(stream, LEN_FIELD + hlen)?;
+        self.done = end;
         self.finished = last;
-        Some(fpdu)
+        Some(f)
     }
 }
 
-/// A run of octets built by the core: header, Markers, PAD, CRC.
+/// Where the leading Marker slot, then ULPDU_Length, sits in the head area.
+const HEAD_AT: usize = MARKER_LEN;
+/// The head area of [`FpduTx`]: a Marker, ULPDU_Length, the header and one
+/// more Marker.
+const HEAD_CAP: usize = INLINE_MAX;
+/// The trailer area: PAD, one Marker, CRC.
+const TRAIL_CAP: usize = 3 + MARKER_LEN + CRC_LEN;
+const TX_BUF: usize = HEAD_CAP + TRAIL_CAP;
+
+/// Octets an [`FpduTx`] built and holds (its head or its trailer); read
+/// them with [`FpduTx::inline`] or [`FpduTx::bytes`]. A plain value: the
+/// octets stay valid until the [`FpduTx`] is dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InlineBytes {
-    buf: [u8; INLINE_MAX],
+pub struct InlineRange {
+    start: u8,
     len: u8,
 }
 
-impl InlineBytes {
-    const fn new() -> Self {
-        Self {
-            buf: [0u8; INLINE_MAX],
-            len: 0,
-        }
+impl InlineRange {
+    /// Number of octets (at most [`INLINE_MAX`]).
+    pub const fn len(&self) -> usize {
+        self.len as usize
     }
 
-    fn push(&mut self, b: &[u8]) -> Result<(), TxError> {
-        let at = usize::from(self.len);
-        put(&mut self.buf, at, b).ok_or(TxError::Internal)?;
-        self.len = u8::try_from(at + b.len()).map_err(|_| TxError::Internal)?;
-        Ok(())
-    }
-
-    /// The octets.
-    pub fn as_slice(&self) -> &[u8] {
-        self.buf.get(..usize::from(self.len)).unwrap_or(&[])
+    /// Whether the range is empty (never the case for a piece).
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
 /// One piece of an FPDU, in wire order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TxPiece {
-    /// Octets to send as given.
-    Bytes(InlineBytes),
+    /// Octets held by the [`FpduTx`]: ULPDU_Length and the ULPDU header
+    /// (with any Marker that falls in or right after them), or the trailer
+    /// (PAD, a Marker if one falls there, CRC).
+    Inline(InlineRange),
+    /// A Marker that falls inside the payload.
+    Marker([u8; MARKER_LEN]),
     /// `len` octets of the message payload starting at `offset` (relative
     /// to the start of the message's payload). Send them from the caller's
     /// buffers and pass them to [`FpduTx::feed_payload`].
@@ -388,75 +405,120 @@ enum TxPhase {
 }
 
 /// One outbound FPDU, produced piece by piece.
+///
+/// The head (ULPDU_Length, DDP/RDMAP header and the Markers around them) is
+/// built once by [`Segmenter::next_fpdu`]; the trailer when it is due.
 #[derive(Clone, Copy, Debug)]
 pub struct FpduTx {
-    head: [u8; LEN_FIELD + ULPDU_HDR_MAX],
-    head_len: usize,
-    payload_off: u32,
-    payload_len: u32,
-    pad: usize,
+    buf: [u8; TX_BUF],
+    head: InlineRange,
+    ulpdu_len: u16,
+    pad: u8,
     markers: bool,
     crc_on: bool,
+    phase: TxPhase,
+    payload_off: u32,
+    payload_len: u32,
+    emitted: u32,
+    fed: u32,
     start: u32,
     len_pos: u32,
     wire: u32,
     wire_len: u32,
     crc: u32,
-    phase: TxPhase,
-    emitted: u32,
-    fed: u32,
 }
 
 impl FpduTx {
-    fn new(stream: &mut TxStream, hdr: &[u8], payload_off: u32, payload_len: u32) -> Option<Self> {
-        let ulpdu =
-            u16::try_from(hdr.len().checked_add(usize::try_from(payload_len).ok()?)?).ok()?;
-        let mut head = [0u8; LEN_FIELD + ULPDU_HDR_MAX];
-        put(&mut head, 0, &ulpdu.to_be_bytes())?;
-        put(&mut head, LEN_FIELD, hdr)?;
-        let pad = pad_len(ulpdu);
-        let content = u32::from(ulpdu).checked_add((LEN_FIELD + pad + CRC_LEN) as u32)?;
-        // Lay the FPDU out once to learn its wire length (Markers included).
-        let start = stream.off;
+    const fn blank(stream: &TxStream, ulpdu: u16, payload_off: u32, payload_len: u32) -> Self {
+        Self {
+            buf: [0u8; TX_BUF],
+            head: InlineRange { start: 0, len: 0 },
+            ulpdu_len: ulpdu,
+            // At most 3.
+            pad: pad_len(ulpdu) as u8,
+            markers: stream.markers,
+            crc_on: stream.crc,
+            phase: TxPhase::Head,
+            payload_off,
+            payload_len,
+            emitted: 0,
+            fed: 0,
+            start: stream.off,
+            len_pos: stream.off,
+            wire: stream.off,
+            wire_len: 0,
+            crc: CRC32C_INIT,
+        }
+    }
+
+    /// Places the FPDU on the stream: its wire length (Markers included)
+    /// and the head's Markers. `lin` is the length of the linear head at
+    /// `HEAD_AT`.
+    fn layout(&mut self, stream: &mut TxStream, lin: usize) -> Option<()> {
+        let content = u32::from(self.ulpdu_len)
+            .checked_add(u32::from(self.pad))?
+            .checked_add((LEN_FIELD + CRC_LEN) as u32)?;
+        let start = self.start;
+        let lin8 = u8::try_from(lin).ok()?;
+        if !self.markers {
+            self.head = InlineRange {
+                start: HEAD_AT as u8,
+                len: lin8,
+            };
+            self.wire = start.wrapping_add(u32::from(lin8));
+            self.wire_len = content;
+            stream.off = start.wrapping_add(content);
+            return Some(());
+        }
+        // Markers: a Marker precedes every content octet at a multiple of
+        // 512 (one at the very end belongs to the next FPDU).
         let mut w = start;
         let mut left = content;
         while left > 0 {
-            if marker_due(stream.markers, w) {
+            if w % MARKER_INTERVAL == 0 {
                 w = w.wrapping_add(MARKER_LEN as u32);
             }
-            let step = left.min(u32::try_from(until_marker(stream.markers, w)).unwrap_or(u32::MAX));
+            let step = left.min(MARKER_INTERVAL - w % MARKER_INTERVAL);
             left -= step;
             w = w.wrapping_add(step);
         }
-        let wire_len = w.wrapping_sub(start);
+        self.wire_len = w.wrapping_sub(start);
         stream.off = w;
-        let lead = if marker_due(stream.markers, start) {
-            MARKER_LEN as u32
+        // The head is at most 72 octets, so it holds at most one Marker:
+        // a leading one, or one inside or right after it.
+        let mut at = HEAD_AT;
+        let mut len = lin;
+        if start % MARKER_INTERVAL == 0 {
+            // FPDUPTR 0: the Marker precedes the FPDU.
+            put(&mut self.buf, 0, &[0u8; MARKER_LEN])?;
+            at = 0;
+            len = len.checked_add(MARKER_LEN)?;
+            self.len_pos = start.wrapping_add(MARKER_LEN as u32);
         } else {
-            0
+            let until = MARKER_INTERVAL - start % MARKER_INTERVAL;
+            if until <= u32::try_from(lin).ok()? {
+                let pos = HEAD_AT.checked_add(usize::try_from(until).ok()?)?;
+                let end = HEAD_AT.checked_add(lin)?;
+                if pos > end || end.checked_add(MARKER_LEN)? > self.buf.len() {
+                    return None;
+                }
+                self.buf.copy_within(pos..end, pos.checked_add(MARKER_LEN)?);
+                let m = self.marker_at(start.wrapping_add(until));
+                put(&mut self.buf, pos, &m)?;
+                len = len.checked_add(MARKER_LEN)?;
+            }
+        }
+        self.head = InlineRange {
+            start: u8::try_from(at).ok()?,
+            len: u8::try_from(len).ok()?,
         };
-        Some(Self {
-            head,
-            head_len: LEN_FIELD.checked_add(hdr.len())?,
-            payload_off,
-            payload_len,
-            pad,
-            markers: stream.markers,
-            crc_on: stream.crc,
-            start,
-            len_pos: start.wrapping_add(lead),
-            wire: start,
-            wire_len,
-            crc: CRC32C_INIT,
-            phase: TxPhase::Head,
-            emitted: 0,
-            fed: 0,
-        })
+        self.wire = start.wrapping_add(u32::try_from(len).ok()?);
+        Some(())
     }
 
     /// ULPDU length (DDP header plus payload).
-    pub fn ulpdu_len(&self) -> u16 {
-        be16(&self.head, 0).unwrap_or(0)
+    pub const fn ulpdu_len(&self) -> u16 {
+        self.ulpdu_len
     }
 
     /// Total octets on the wire, Markers, PAD and CRC included.
@@ -474,43 +536,82 @@ impl FpduTx {
         self.payload_len
     }
 
-    /// The ULPDU header octets (DDP header and any RDMAP header).
-    pub fn ulpdu_header(&self) -> &[u8] {
-        self.head.get(LEN_FIELD..self.head_len).unwrap_or(&[])
+    /// The octets of an [`InlineRange`] this FPDU handed out.
+    pub fn inline(&self, r: InlineRange) -> &[u8] {
+        let s = usize::from(r.start);
+        self.buf
+            .get(s..s.saturating_add(usize::from(r.len)))
+            .unwrap_or(&[])
     }
 
-    fn marker(&self) -> [u8; MARKER_LEN] {
-        let ptr = if self.wire == self.start {
+    /// The octets to send for `piece`: the inline octets or the Marker, and
+    /// nothing for a payload range (those come from the caller's buffers).
+    pub fn bytes<'a>(&'a self, piece: &'a TxPiece) -> &'a [u8] {
+        match piece {
+            TxPiece::Inline(r) => self.inline(*r),
+            TxPiece::Marker(m) => m,
+            TxPiece::Payload { .. } => &[],
+        }
+    }
+
+    /// The Marker for stream offset `pos` of this FPDU.
+    fn marker_at(&self, pos: u32) -> [u8; MARKER_LEN] {
+        let ptr = if pos == self.start {
             0
         } else {
-            u16::try_from(self.wire.wrapping_sub(self.len_pos)).unwrap_or(0)
+            u16::try_from(pos.wrapping_sub(self.len_pos)).unwrap_or(0)
         };
         let p = ptr.to_be_bytes();
         [0, 0, p[0], p[1]]
     }
 
-    fn push_with_markers(&mut self, out: &mut InlineBytes, bytes: &[u8]) -> Result<(), TxError> {
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            if marker_due(self.markers, self.wire) {
-                out.push(&self.marker())?;
-                self.wire = self.wire.wrapping_add(MARKER_LEN as u32);
-            }
-            let n = rest.len().min(until_marker(self.markers, self.wire));
-            let (now, later) = rest.split_at(n);
-            out.push(now)?;
-            self.wire = self
-                .wire
-                .wrapping_add(u32::try_from(n).map_err(|_| TxError::Internal)?);
-            rest = later;
-        }
-        Ok(())
-    }
-
     fn crc_over<C: Crc32c + ?Sized>(&mut self, crc: &C, b: &[u8]) {
-        if self.crc_on {
+        if self.crc_on && !b.is_empty() {
             self.crc = crc.update(self.crc, b);
         }
+    }
+
+    /// Builds the trailer (PAD, a Marker if one falls there, CRC) and
+    /// returns its range.
+    fn trailer<C: Crc32c + ?Sized>(&mut self, crc: &C) -> Option<InlineRange> {
+        let mut n = HEAD_CAP;
+        let mut pad = usize::from(self.pad);
+        loop {
+            if self.markers && self.wire % MARKER_INTERVAL == 0 {
+                let m = self.marker_at(self.wire);
+                put(&mut self.buf, n, &m)?;
+                n = n.checked_add(MARKER_LEN)?;
+                self.wire = self.wire.wrapping_add(MARKER_LEN as u32);
+            }
+            if pad == 0 {
+                break;
+            }
+            // PAD never crosses a Marker position: it ends on a multiple
+            // of four, so a Marker can only follow it.
+            let step = if self.markers {
+                pad.min((MARKER_INTERVAL - self.wire % MARKER_INTERVAL) as usize)
+            } else {
+                pad
+            };
+            put(&mut self.buf, n, [0u8; 3].get(..step)?)?;
+            n = n.checked_add(step)?;
+            pad -= step;
+            self.wire = self.wire.wrapping_add(u32::try_from(step).ok()?);
+        }
+        if self.crc_on {
+            let covered = self.buf.get(HEAD_CAP..n)?;
+            if !covered.is_empty() {
+                self.crc = crc.update(self.crc, covered);
+            }
+        }
+        let value = if self.crc_on { finish(self.crc) } else { 0 };
+        put(&mut self.buf, n, &to_wire(value))?;
+        n = n.checked_add(CRC_LEN)?;
+        self.wire = self.wire.wrapping_add(CRC_LEN as u32);
+        Some(InlineRange {
+            start: HEAD_CAP as u8,
+            len: u8::try_from(n.checked_sub(HEAD_CAP)?).ok()?,
+        })
     }
 
     /// The next piece, or `None` when the FPDU is complete. After a
@@ -520,16 +621,18 @@ impl FpduTx {
         loop {
             match self.phase {
                 TxPhase::Head => {
-                    let mut out = InlineBytes::new();
-                    let head = self.head;
-                    self.push_with_markers(&mut out, head.get(..self.head_len).unwrap_or(&[]))?;
-                    self.crc_over(crc, out.as_slice());
+                    if self.crc_on {
+                        let s = usize::from(self.head.start);
+                        let e = s.saturating_add(usize::from(self.head.len));
+                        let head = self.buf.get(s..e).ok_or(TxError::Internal)?;
+                        self.crc = crc.update(self.crc, head);
+                    }
                     self.phase = if self.payload_len > 0 {
                         TxPhase::Payload
                     } else {
                         TxPhase::Trailer
                     };
-                    return Ok(Some(TxPiece::Bytes(out)));
+                    return Ok(Some(TxPiece::Inline(self.head)));
                 }
                 TxPhase::Payload => {
                     if self.crc_on && self.fed != self.emitted {
@@ -540,16 +643,16 @@ impl FpduTx {
                         self.phase = TxPhase::Trailer;
                         continue;
                     }
-                    if marker_due(self.markers, self.wire) {
-                        let mut out = InlineBytes::new();
-                        out.push(&self.marker())?;
-                        self.wire = self.wire.wrapping_add(MARKER_LEN as u32);
-                        self.crc_over(crc, out.as_slice());
-                        return Ok(Some(TxPiece::Bytes(out)));
+                    let mut len = left;
+                    if self.markers {
+                        if self.wire % MARKER_INTERVAL == 0 {
+                            let m = self.marker_at(self.wire);
+                            self.wire = self.wire.wrapping_add(MARKER_LEN as u32);
+                            self.crc_over(crc, &m);
+                            return Ok(Some(TxPiece::Marker(m)));
+                        }
+                        len = len.min(MARKER_INTERVAL - self.wire % MARKER_INTERVAL);
                     }
-                    let room =
-                        u32::try_from(until_marker(self.markers, self.wire)).unwrap_or(u32::MAX);
-                    let len = left.min(room);
                     let offset = self
                         .payload_off
                         .checked_add(self.emitted)
@@ -562,22 +665,12 @@ impl FpduTx {
                     if self.crc_on && self.fed != self.emitted {
                         return Err(TxError::PayloadNotFed);
                     }
-                    let mut out = InlineBytes::new();
-                    let zeros = [0u8; 3];
-                    self.push_with_markers(&mut out, zeros.get(..self.pad).unwrap_or(&[]))?;
-                    if marker_due(self.markers, self.wire) {
-                        out.push(&self.marker())?;
-                        self.wire = self.wire.wrapping_add(MARKER_LEN as u32);
-                    }
-                    self.crc_over(crc, out.as_slice());
-                    let value = if self.crc_on { finish(self.crc) } else { 0 };
-                    out.push(&to_wire(value))?;
-                    self.wire = self.wire.wrapping_add(CRC_LEN as u32);
+                    let r = self.trailer(crc).ok_or(TxError::Internal)?;
                     self.phase = TxPhase::Done;
                     if self.wire.wrapping_sub(self.start) != self.wire_len {
                         return Err(TxError::Internal);
                     }
-                    return Ok(Some(TxPiece::Bytes(out)));
+                    return Ok(Some(TxPiece::Inline(r)));
                 }
                 TxPhase::Done => return Ok(None),
             }
@@ -612,22 +705,20 @@ impl FpduTx {
     ) -> Result<usize, TxError> {
         let mut n = 0usize;
         while let Some(p) = self.next_piece(crc)? {
-            match p {
-                TxPiece::Bytes(b) => {
-                    put(out, n, b.as_slice()).ok_or(TxError::Internal)?;
-                    n += b.as_slice().len();
-                }
+            let src = match p {
                 TxPiece::Payload { offset, len } => {
                     let s = usize::try_from(offset).map_err(|_| TxError::Internal)?;
                     let e = s
                         .checked_add(usize::try_from(len).map_err(|_| TxError::Internal)?)
                         .ok_or(TxError::Internal)?;
                     let src = payload.get(s..e).ok_or(TxError::Internal)?;
-                    put(out, n, src).ok_or(TxError::Internal)?;
-                    n += src.len();
                     self.feed_payload(crc, src)?;
+                    src
                 }
-            }
+                _ => self.bytes(&p),
+            };
+            put(out, n, src).ok_or(TxError::Internal)?;
+            n = n.checked_add(src.len()).ok_or(TxError::Internal)?;
         }
         Ok(n)
     }
@@ -943,8 +1034,17 @@ impl RxStream {
     /// Checks the base DDP header and RDMAP control; sets `need` for the
     /// RDMAP header that follows.
     fn check_base(&mut self) -> Result<(), RxError> {
-        let err = |t| Err(RxError::Protocol(t));
         let ulpdu = self.buf.get(LEN_FIELD..self.have).unwrap_or(&[]);
+        let (hdr, _, extra) = Self::validate_base(self.ulpdu_len, ulpdu)?;
+        self.need = LEN_FIELD + hdr.encoded_len() + extra;
+        Ok(())
+    }
+
+    /// The stateless checks of a ULPDU's base DDP header and RDMAP control
+    /// (`ulpdu` starts with at least the base header). Returns the header,
+    /// the opcode and the length of the RDMAP header that follows.
+    fn validate_base(ulpdu_len: u16, ulpdu: &[u8]) -> Result<(DdpHdr, Opcode, usize), RxError> {
+        let err = |t| Err(RxError::Protocol(t));
         let Ok(hdr) = DdpHdr::parse(ulpdu) else {
             return err(TermError::DdpCatastrophic);
         };
@@ -978,7 +1078,7 @@ impl RxStream {
             }
         }
         let base = hdr.encoded_len();
-        let ulpdu_len = usize::from(self.ulpdu_len);
+        let ulpdu_len = usize::from(ulpdu_len);
         let extra = match op {
             Opcode::ReadRequest => {
                 if ulpdu_len > base + READ_REQ_LEN {
@@ -1004,8 +1104,56 @@ impl RxStream {
                 RdmapOperation::CatastrophicStream,
             ));
         }
-        self.need = LEN_FIELD + base + extra;
-        Ok(())
+        Ok((hdr, op, extra))
+    }
+
+    /// The common case in one step: at an FPDU boundary, with a whole
+    /// data-carrying segment header (no RDMAP header, no Marker) in
+    /// `rest` that passes every check. Anything else returns `None` with
+    /// the state untouched, and the octet-wise path takes over (and
+    /// reports any error exactly as it would have).
+    fn fast_header(&mut self, rest: &[u8]) -> Option<SegmentInfo> {
+        let ulpdu_len = be16(rest, 0)?;
+        let hl = LEN_FIELD + DdpHdr::len_from_ctrl(*rest.get(LEN_FIELD)?);
+        let head = rest.get(..hl)?;
+        if hl >= until_marker(self.cfg.markers, self.off)
+            || ulpdu_len > self.cfg.max_ulpdu
+            || usize::from(ulpdu_len) < hl
+        {
+            return None;
+        }
+        let ulpdu = head.get(LEN_FIELD..)?;
+        let (hdr, opcode, extra) = Self::validate_base(ulpdu_len, ulpdu).ok()?;
+        if extra != 0 || opcode.extra_hdr_len() != 0 {
+            return None;
+        }
+        let raw_ddp = RawDdpHdr::from_ulpdu(ulpdu)?;
+        let payload_len = u32::from(ulpdu_len).checked_sub(u32::try_from(ulpdu.len()).ok()?)?;
+        put(&mut self.buf, 0, head)?;
+        self.open_fpdu(false);
+        self.have = hl;
+        self.need = hl;
+        self.crc_upto = 0;
+        self.ulpdu_len = ulpdu_len;
+        self.pad_left = pad_len(ulpdu_len);
+        self.payload_len = payload_len;
+        self.payload_done = 0;
+        self.grant = 0;
+        self.state = if payload_len > 0 {
+            RxState::Payload
+        } else {
+            RxState::Pad
+        };
+        self.advance(hl);
+        Some(SegmentInfo {
+            ulpdu_len,
+            hdr,
+            opcode,
+            payload_len,
+            read_request: None,
+            terminate: None,
+            raw_ddp,
+        })
     }
 
     fn finish_header(&mut self) -> Result<SegmentInfo, RxError> {
@@ -1090,6 +1238,14 @@ impl RxStream {
                 RxState::Len => {
                     if rest.is_empty() {
                         return need_more;
+                    }
+                    if !self.fpdu_open && self.have == 0 {
+                        if let Some(seg) = self.fast_header(rest) {
+                            return Ok(RxOutput {
+                                consumed: used.saturating_add(self.have),
+                                event: RxEvent::Header(seg),
+                            });
+                        }
                     }
                     if !self.fpdu_open {
                         self.open_fpdu(false);
@@ -1211,23 +1367,30 @@ impl RxStream {
                     if rest.is_empty() {
                         return need_more;
                     }
-                    let n = rest.len().min(CRC_LEN - self.crc_have);
-                    if put(
-                        &mut self.crc_buf,
-                        self.crc_have,
-                        rest.get(..n).unwrap_or(&[]),
-                    )
-                    .is_none()
-                    {
-                        return self.fail(RxError::Protocol(TermError::DdpCatastrophic));
-                    }
-                    self.crc_have += n;
-                    self.advance(n);
-                    used += n;
-                    if self.crc_have < CRC_LEN {
-                        continue;
-                    }
-                    let received = from_wire(self.crc_buf);
+                    let received = if let (0, Some(b)) = (self.crc_have, rest.first_chunk()) {
+                        // The whole CRC is here: read it in place.
+                        self.advance(CRC_LEN);
+                        used += CRC_LEN;
+                        from_wire(*b)
+                    } else {
+                        let n = rest.len().min(CRC_LEN - self.crc_have);
+                        if put(
+                            &mut self.crc_buf,
+                            self.crc_have,
+                            rest.get(..n).unwrap_or(&[]),
+                        )
+                        .is_none()
+                        {
+                            return self.fail(RxError::Protocol(TermError::DdpCatastrophic));
+                        }
+                        self.crc_have += n;
+                        self.advance(n);
+                        used += n;
+                        if self.crc_have < CRC_LEN {
+                            continue;
+                        }
+                        from_wire(self.crc_buf)
+                    };
                     let computed = finish(self.crc);
                     if self.cfg.crc && computed != received {
                         return self.fail(RxError::Crc { computed, received });

@@ -6,6 +6,7 @@
 use rsiw_proto::proto::crc::Crc32c;
 use rsiw_proto::proto::fpdu::{
     RxConfig, RxError, RxEvent, RxStream, SegmentInfo, Segmenter, TxOp, TxPiece, TxStream,
+    INLINE_MAX,
 };
 
 /// CRC32c from the `crc32c` crate (hardware accelerated where available),
@@ -28,11 +29,15 @@ pub fn encode(tx: &mut TxStream, op: TxOp, payload: &[u8], mulpdu: u16) -> Vec<u
         let start = out.len();
         while let Some(p) = f.next_piece(&HwCrc).expect("piece") {
             match p {
-                TxPiece::Bytes(b) => out.extend_from_slice(b.as_slice()),
                 TxPiece::Payload { offset, len } => {
                     let s = &payload[offset as usize..(offset + len) as usize];
                     out.extend_from_slice(s);
                     f.feed_payload(&HwCrc, s).expect("feed");
+                }
+                other => {
+                    let b = f.bytes(&other);
+                    assert!(!b.is_empty() && b.len() <= INLINE_MAX);
+                    out.extend_from_slice(b);
                 }
             }
         }

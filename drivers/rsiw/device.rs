@@ -4,6 +4,7 @@
 
 #![deny(unsafe_code)]
 
+use crate::cq::{self, CqData};
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     c_str,
@@ -17,6 +18,7 @@ use kernel::{
         },
         link::{HandlerSlot, LinkHandler},
         udata::UserData,
+        verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
     },
     sync::Mutex,
 };
@@ -30,11 +32,30 @@ const PORT: u32 = 1;
 /// IB speed and width reported when the netdev cannot tell (`IB_SPEED_SDR`, `IB_WIDTH_1X`).
 const FALLBACK_SPEED_WIDTH: (u16, u8) = (1, 1);
 
+/// Most protection domains per device.
+const MAX_PD: u32 = 1 << 16;
+/// Most completion queues per device.
+const MAX_CQ: u32 = 1 << 16;
+
+/// Takes one of `limit` slots counted by `counter`, or fails with `ENOSPC`.
+fn take_slot(counter: &AtomicU32, limit: u32) -> Result {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .map(|_| ())
+        .map_err(|_| ENOSPC)
+}
+
 /// Source of per-device `vendor_part_id`s, which libsiw also uses as its device id.
 static NEXT_PART_ID: AtomicU32 = AtomicU32::new(0);
 
 /// Per-device state.
 pub(crate) struct DeviceData {
+    /// Live protection domains, bounded by [`MAX_PD`].
+    num_pd: AtomicU32,
+    /// Live completion queues, bounded by [`MAX_CQ`].
+    num_cq: AtomicU32,
     /// `vendor_part_id`, unique per device while the module is loaded.
     part_id: u32,
     /// Node GUID, an EUI-64 of the netdev's MAC at creation time.
@@ -50,12 +71,48 @@ impl rdma_dev::Driver for Rsiw {
     // libsiw (rdma-core) serves user-space verbs for devices with the siw driver id and ABI.
     const DRIVER_ID: DriverId = DriverId::Siw;
     const ABI_VERSION: u32 = 1;
+    type Pd = ();
+    type Cq = CqData;
+
+    fn alloc_pd(dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result<impl PinInit<(), Error>> {
+        take_slot(&dev.data().num_pd, MAX_PD)?;
+        Ok(())
+    }
+
+    fn dealloc_pd(pd: &Pd<Self>) {
+        pd.device().data().num_pd.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn create_cq(
+        dev: &Device<Self>,
+        attr: &CqInitAttr,
+    ) -> Result<(impl PinInit<CqData, Error>, u32)> {
+        take_slot(&dev.data().num_cq, MAX_CQ)?;
+        CqData::new(attr).inspect_err(|_| {
+            dev.data().num_cq.fetch_sub(1, Ordering::AcqRel);
+        })
+    }
+
+    fn destroy_cq(cq: &Cq<Self>) {
+        cq.device().data().num_cq.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn poll_cq(cq: &Cq<Self>, out: &mut WcArray<'_>) {
+        cq::poll(cq, out);
+    }
+
+    fn req_notify_cq(cq: &Cq<Self>, req: NotifyRequest) -> bool {
+        cq::arm(cq, req)
+    }
 
     fn query_device(dev: &Device<Self>) -> Result<DeviceAttr> {
         let data = dev.data();
-        // Queue pairs, memory regions and the data path are not implemented yet, so every object
-        // limit is zero: the core and ULPs see exactly what this driver can do today.
+        // Queue pairs, memory regions and the data path are not implemented yet, so their limits
+        // are zero: the core and ULPs see exactly what this driver can do today.
         Ok(DeviceAttr {
+            max_pd: MAX_PD,
+            max_cq: MAX_CQ,
+            max_cqe: cq::MAX_CQE,
             vendor_id: VENDOR_ID,
             vendor_part_id: data.part_id,
             sys_image_guid: data.node_guid,
@@ -189,6 +246,8 @@ impl LinkHandler for Links {
             num_comp_vectors: 1,
         };
         let data = DeviceData {
+            num_pd: AtomicU32::new(0),
+            num_cq: AtomicU32::new(0),
             part_id: NEXT_PART_ID.fetch_add(1, Ordering::Relaxed),
             node_guid,
         };

@@ -10,6 +10,7 @@
 
 use kernel::{netdev::NotifierRegistration, prelude::*, rdma::link};
 
+mod cq;
 pub mod crc;
 mod device;
 pub mod proto;

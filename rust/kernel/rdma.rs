@@ -12,3 +12,11 @@ pub mod consumer;
 pub mod device;
 pub mod link;
 pub mod udata;
+pub mod verbs;
+
+/// `EOPNOTSUPP`, the errno verbs use for an unsupported feature or request.
+///
+/// The 6.12 kernel crate names no `EOPNOTSUPP` constant, so this builds it.
+pub fn eopnotsupp() -> crate::error::Error {
+    crate::error::Error::from_errno(-(crate::bindings::EOPNOTSUPP as i32))
+}

@@ -14,7 +14,10 @@ use crate::{
     netdev::NetDevice,
     new_condvar, new_mutex,
     prelude::*,
-    rdma::udata::UserData,
+    rdma::{
+        udata::UserData,
+        verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
+    },
     str::CStr,
     sync::{CondVar, Mutex},
     types::{ARef, AlwaysRefCounted, Opaque},
@@ -170,6 +173,35 @@ pub trait Driver: Sized + 'static {
     /// Returns GID `index` of `port`.
     fn query_gid(dev: &Device<Self>, port: u32, index: u32) -> Result<[u8; 16]>;
 
+    /// Per-protection-domain driver data.
+    type Pd: Send + Sync;
+    /// Per-completion-queue driver data.
+    type Cq: Send + Sync;
+
+    /// Creates a protection domain's data.
+    fn alloc_pd(
+        dev: &Device<Self>,
+        udata: &mut UserData<'_>,
+    ) -> Result<impl PinInit<Self::Pd, Error>>;
+
+    /// Called before a protection domain's data is dropped.
+    fn dealloc_pd(_pd: &Pd<Self>) {}
+
+    /// Creates a completion queue's data; also returns the number of entries it really has.
+    fn create_cq(
+        dev: &Device<Self>,
+        attr: &CqInitAttr,
+    ) -> Result<(impl PinInit<Self::Cq, Error>, u32)>;
+
+    /// Called before a completion queue's data is dropped.
+    fn destroy_cq(_cq: &Cq<Self>) {}
+
+    /// Moves up to `out.remaining()` completions from `cq` into `out`.
+    fn poll_cq(cq: &Cq<Self>, out: &mut WcArray<'_>);
+
+    /// Arms `cq` for one completion upcall. Returns whether completions are already queued.
+    fn req_notify_cq(cq: &Cq<Self>, req: NotifyRequest) -> bool;
+
     /// Sets up a user context; may write a driver-specific response to `udata`.
     fn alloc_ucontext(_dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result {
         crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
@@ -218,7 +250,7 @@ impl<T: Driver> Device<T> {
     /// # Safety
     ///
     /// `ibdev` must be a device of driver `T` (its ops are `T`'s), valid for `'a`.
-    unsafe fn from_raw<'a>(ibdev: *mut bindings::ib_device) -> &'a Self {
+    pub(crate) unsafe fn from_raw<'a>(ibdev: *mut bindings::ib_device) -> &'a Self {
         // SAFETY: `ibdev` is the first field of a `#[repr(C)]` `Device<T>`.
         unsafe { &*ibdev.cast::<Self>() }
     }
@@ -553,7 +585,7 @@ fn mtu_to_enum(mtu: u32) -> bindings::ib_mtu {
     unsafe { bindings::ib_mtu_int_to_enum(mtu.try_into().unwrap_or(i32::MAX)) }
 }
 
-struct Adapter<T: Driver>(PhantomData<T>);
+pub(crate) struct Adapter<T: Driver>(PhantomData<T>);
 
 impl<T: Driver> Adapter<T> {
     const OPS: bindings::ib_device_ops = {
@@ -566,6 +598,14 @@ impl<T: Driver> Adapter<T> {
         ops.query_gid = Some(Self::query_gid);
         ops.get_port_immutable = Some(Self::get_port_immutable);
         ops.dealloc_driver = Some(Self::dealloc_driver);
+        ops.alloc_pd = Some(Self::alloc_pd);
+        ops.dealloc_pd = Some(Self::dealloc_pd);
+        ops.size_ib_pd = core::mem::size_of::<Pd<T>>();
+        ops.create_cq = Some(Self::create_cq);
+        ops.destroy_cq = Some(Self::destroy_cq);
+        ops.poll_cq = Some(Self::poll_cq);
+        ops.req_notify_cq = Some(Self::req_notify_cq);
+        ops.size_ib_cq = core::mem::size_of::<Cq<T>>();
         if T::HAS_ALLOC_UCONTEXT {
             ops.alloc_ucontext = Some(Self::alloc_ucontext);
             ops.dealloc_ucontext = Some(Self::dealloc_ucontext);

@@ -75,6 +75,15 @@ impl CqData {
     }
 }
 
+/// `index` reduced into a ring of `cap` slots, for `index < 2 * cap` (no division).
+fn wrap(index: usize, cap: usize) -> usize {
+    if index >= cap {
+        index - cap
+    } else {
+        index
+    }
+}
+
 /// Queues `wc` on `cq` and calls the consumer's handler if the CQ is armed for it.
 ///
 /// `solicited` marks completions of solicited-event receives. On overflow the consumer gets
@@ -90,7 +99,7 @@ pub(crate) fn push(cq: &Cq<Rsiw>, wc: WorkCompletion, solicited: bool) -> Result
         if ring.len == cap {
             None
         } else {
-            let tail = (ring.head + ring.len) % cap;
+            let tail = wrap(ring.head + ring.len, cap);
             if let Some(slot) = ring.slots.get_mut(tail) {
                 *slot = Some(wc);
             }
@@ -131,7 +140,7 @@ pub(crate) fn poll(cq: &Cq<Rsiw>, out: &mut WcArray<'_>) {
             break;
         };
         out.push(&wc);
-        ring.head = (head + 1) % cap;
+        ring.head = wrap(head + 1, cap);
         ring.len -= 1;
     }
 }

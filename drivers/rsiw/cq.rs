@@ -4,7 +4,7 @@
 
 #![deny(unsafe_code)]
 
-use crate::device::Rsiw;
+use crate::{device::Rsiw, ring::Ring};
 use kernel::{
     irqlock::SpinLockIrq,
     new_spinlock_irq,
@@ -26,10 +26,8 @@ enum Arm {
     Next,
 }
 
-struct Ring {
-    slots: KVVec<Option<WorkCompletion>>,
-    head: usize,
-    len: usize,
+struct CqRing {
+    entries: Ring<WorkCompletion>,
     arm: Arm,
 }
 
@@ -38,7 +36,7 @@ struct Ring {
 #[pin_data]
 pub(crate) struct CqData {
     #[pin]
-    ring: SpinLockIrq<Ring>,
+    ring: SpinLockIrq<CqRing>,
 }
 
 /// Why a completion could not be queued.
@@ -59,11 +57,8 @@ impl CqData {
             return Err(EINVAL);
         }
         let entries = attr.cqe.max(1);
-        let slots = KVVec::from_elem(None, entries as usize, GFP_KERNEL)?;
-        let ring = Ring {
-            slots,
-            head: 0,
-            len: 0,
+        let ring = CqRing {
+            entries: Ring::new(entries)?,
             arm: Arm::None,
         };
         Ok((
@@ -75,35 +70,16 @@ impl CqData {
     }
 }
 
-/// `index` reduced into a ring of `cap` slots, for `index < 2 * cap` (no division).
-fn wrap(index: usize, cap: usize) -> usize {
-    if index >= cap {
-        index - cap
-    } else {
-        index
-    }
-}
-
 /// Queues `wc` on `cq` and calls the consumer's handler if the CQ is armed for it.
 ///
 /// `solicited` marks completions of solicited-event receives. On overflow the consumer gets
 /// `IB_EVENT_CQ_ERR` and the completion is lost, as on hardware.
-#[expect(
-    dead_code,
-    reason = "queue pairs, the producers of completions, come next"
-)]
 pub(crate) fn push(cq: &Cq<Rsiw>, wc: WorkCompletion, solicited: bool) -> Result<(), CqOverflow> {
     let notify = {
         let mut ring = cq.data().ring.lock();
-        let cap = ring.slots.len();
-        if ring.len == cap {
+        if ring.entries.push(wc).is_err() {
             None
         } else {
-            let tail = wrap(ring.head + ring.len, cap);
-            if let Some(slot) = ring.slots.get_mut(tail) {
-                *slot = Some(wc);
-            }
-            ring.len += 1;
             let wanted = match ring.arm {
                 Arm::None => false,
                 Arm::Next => true,
@@ -133,15 +109,11 @@ pub(crate) fn push(cq: &Cq<Rsiw>, wc: WorkCompletion, solicited: bool) -> Result
 /// Moves queued completions into `out`.
 pub(crate) fn poll(cq: &Cq<Rsiw>, out: &mut WcArray<'_>) {
     let mut ring = cq.data().ring.lock();
-    let cap = ring.slots.len();
-    while ring.len > 0 && out.remaining() > 0 {
-        let head = ring.head;
-        let Some(wc) = ring.slots.get_mut(head).and_then(Option::take) else {
+    while out.remaining() > 0 {
+        let Some(wc) = ring.entries.pop() else {
             break;
         };
         out.push(&wc);
-        ring.head = wrap(head + 1, cap);
-        ring.len -= 1;
     }
 }
 
@@ -153,5 +125,5 @@ pub(crate) fn arm(cq: &Cq<Rsiw>, req: NotifyRequest) -> bool {
         (Arm::Next, _) | (_, false) => Arm::Next,
         (_, true) => Arm::Solicited,
     };
-    ring.len > 0
+    !ring.entries.is_empty()
 }

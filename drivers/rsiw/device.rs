@@ -4,19 +4,27 @@
 
 #![deny(unsafe_code)]
 
-use crate::cq::{self, CqData};
+use crate::{
+    cq::{self, CqData},
+    mem::{self, MrData, StagTable},
+    qp::{self, QpData},
+};
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     c_str,
+    irqlock::SpinLockIrq,
     netdev::{self, NetDevice},
-    new_mutex,
+    new_mutex, new_spinlock_irq,
     prelude::*,
+    rbtree::RBTree,
     rdma::{
         device::{
             self as rdma_dev, Device, DeviceAttr, DeviceInfo, DriverId, PortAttr, PortEvent,
             PortPhysState, PortState, Registry,
         },
         link::{HandlerSlot, LinkHandler},
+        mr::{Mr, MrKeys, MrType},
+        qp::{Qp, QpInitAttr, QpModify, QpQuery, QpRef, RecvWr, SendWr},
         udata::UserData,
         verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
     },
@@ -31,6 +39,12 @@ const PORT: u32 = 1;
 
 /// IB speed and width reported when the netdev cannot tell (`IB_SPEED_SDR`, `IB_WIDTH_1X`).
 const FALLBACK_SPEED_WIDTH: (u16, u8) = (1, 1);
+
+/// Queue pairs by number, and the next number to try.
+struct QpTable {
+    by_qpn: RBTree<u32, QpRef<Rsiw>>,
+    next_qpn: u32,
+}
 
 /// Most protection domains per device.
 const MAX_PD: u32 = 1 << 16;
@@ -51,7 +65,18 @@ fn take_slot(counter: &AtomicU32, limit: u32) -> Result {
 static NEXT_PART_ID: AtomicU32 = AtomicU32::new(0);
 
 /// Per-device state.
+#[pin_data]
 pub(crate) struct DeviceData {
+    /// Live queue pairs by number, for the connection manager's lookups.
+    #[pin]
+    qps: Mutex<QpTable>,
+    /// Live memory regions by STag index.
+    #[pin]
+    pub(crate) stags: SpinLockIrq<StagTable>,
+    /// Live queue pairs, bounded by [`qp::MAX_QP`].
+    num_qp: AtomicU32,
+    /// Live memory regions, bounded by [`mem::MAX_MR`].
+    num_mr: AtomicU32,
     /// Live protection domains, bounded by [`MAX_PD`].
     num_pd: AtomicU32,
     /// Live completion queues, bounded by [`MAX_CQ`].
@@ -73,6 +98,107 @@ impl rdma_dev::Driver for Rsiw {
     const ABI_VERSION: u32 = 1;
     type Pd = ();
     type Cq = CqData;
+    type IwCm = crate::cm::RsiwCm;
+    type Qp = QpData;
+    type Mr = MrData;
+
+    fn create_qp(
+        pd: &Pd<Self>,
+        attr: &mut QpInitAttr,
+        _udata: &mut UserData<'_>,
+    ) -> Result<(impl PinInit<QpData, Error>, u32)> {
+        let dev = pd.device();
+        take_slot(&dev.data().num_qp, qp::MAX_QP)?;
+        let res = qp::create(attr).map(|init| {
+            let mut table = dev.data().qps.lock();
+            // QPN 0 and 1 are special in the verbs API; wrap past them and skip live ones.
+            let mut qpn = table.next_qpn.max(2);
+            while table.by_qpn.get(&qpn).is_some() {
+                qpn = qpn.checked_add(1).unwrap_or(2);
+            }
+            table.next_qpn = qpn.checked_add(1).unwrap_or(2);
+            (init, qpn)
+        });
+        if res.is_err() {
+            dev.data().num_qp.fetch_sub(1, Ordering::AcqRel);
+        }
+        res
+    }
+
+    fn qp_created(qp: &Qp<Self>) -> Result {
+        let r = qp.get_ref().ok_or(EINVAL)?;
+        let res = qp
+            .device()
+            .data()
+            .qps
+            .lock()
+            .by_qpn
+            .try_create_and_insert(qp.qpn(), r, GFP_KERNEL)
+            .map(|_| ());
+        if res.is_err() {
+            qp.device().data().num_qp.fetch_sub(1, Ordering::AcqRel);
+        }
+        res.map_err(|_| ENOMEM)
+    }
+
+    fn destroy_qp(qp: &Qp<Self>) {
+        qp::destroy(qp);
+        let dev = qp.device();
+        // Dropping the table's reference lets destruction complete.
+        drop(dev.data().qps.lock().by_qpn.remove(&qp.qpn()));
+        dev.data().num_qp.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn modify_qp(qp: &Qp<Self>, m: &QpModify, _udata: &mut UserData<'_>) -> Result {
+        qp::modify(qp, m)
+    }
+
+    fn query_qp(qp: &Qp<Self>) -> Result<QpQuery> {
+        Ok(qp::query(qp))
+    }
+
+    fn post_send(qp: &Qp<Self>, wr: &SendWr<'_, Self>) -> Result {
+        qp::post_send(qp, wr)
+    }
+
+    fn post_recv(qp: &Qp<Self>, wr: &RecvWr<'_>) -> Result {
+        qp::post_recv(qp, wr)
+    }
+
+    fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<QpRef<Self>> {
+        dev.data().qps.lock().by_qpn.get(&qpn).cloned()
+    }
+
+    fn get_dma_mr(pd: &Pd<Self>, access: u32) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
+        take_slot(&pd.device().data().num_mr, mem::MAX_MR)?;
+        mem::get_dma_mr(pd, access).inspect_err(|_| {
+            pd.device().data().num_mr.fetch_sub(1, Ordering::AcqRel);
+        })
+    }
+
+    fn alloc_mr(
+        pd: &Pd<Self>,
+        ty: MrType,
+        max_num_sg: u32,
+    ) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
+        take_slot(&pd.device().data().num_mr, mem::MAX_MR)?;
+        mem::alloc_mr(pd, ty, max_num_sg).inspect_err(|_| {
+            pd.device().data().num_mr.fetch_sub(1, Ordering::AcqRel);
+        })
+    }
+
+    fn dereg_mr(mr: &Mr<Self>) {
+        mem::dereg_mr(mr);
+        mr.device().data().num_mr.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn mr_map_begin(mr: &Mr<Self>) -> Result {
+        mem::map_begin(mr)
+    }
+
+    fn mr_set_page(mr: &Mr<Self>, addr: u64) -> Result {
+        mem::set_page(mr, addr)
+    }
 
     fn alloc_pd(dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result<impl PinInit<(), Error>> {
         take_slot(&dev.data().num_pd, MAX_PD)?;
@@ -107,9 +233,19 @@ impl rdma_dev::Driver for Rsiw {
 
     fn query_device(dev: &Device<Self>) -> Result<DeviceAttr> {
         let data = dev.data();
-        // Queue pairs, memory regions and the data path are not implemented yet, so their limits
-        // are zero: the core and ULPs see exactly what this driver can do today.
         Ok(DeviceAttr {
+            max_qp: qp::MAX_QP,
+            max_qp_wr: qp::MAX_QP_WR,
+            max_send_sge: qp::MAX_SGE,
+            max_recv_sge: qp::MAX_SGE,
+            max_sge_rd: qp::MAX_SGE_RD,
+            max_qp_rd_atom: qp::MAX_IRD_ORD,
+            max_qp_init_rd_atom: qp::MAX_IRD_ORD,
+            max_res_rd_atom: qp::MAX_QP.saturating_mul(qp::MAX_IRD_ORD),
+            max_mr: mem::MAX_MR,
+            max_mr_size: u64::MAX,
+            max_fast_reg_page_list_len: mem::MAX_FRWR_PAGES,
+            device_cap_flags: rdma_dev::DEVICE_MEM_MGT_EXTENSIONS,
             max_pd: MAX_PD,
             max_cq: MAX_CQ,
             max_cqe: cq::MAX_CQE,
@@ -227,7 +363,11 @@ impl LinkHandler for Links {
         Self::check_netdev(name, ndev)?;
         let _guard = self.create_lock.lock();
         if rdma_dev::name_in_use(name) {
-            pr_err!("{}: an RDMA device with this name already exists\n", name);
+            pr_err!(
+                "{}: an RDMA device with this name already exists (requested on netdev {})\n",
+                name,
+                ndev.name()
+            );
             return Err(EEXIST);
         }
         if rdma_dev::netdev_has_device(ndev, DriverId::Siw) {
@@ -245,12 +385,23 @@ impl LinkHandler for Links {
             node_desc: c_str!("rsiw software iWARP"),
             num_comp_vectors: 1,
         };
-        let data = DeviceData {
+        let stag_table = StagTable::new()?;
+        let data = try_pin_init!(DeviceData {
+            qps <- new_mutex!(
+                QpTable {
+                    by_qpn: RBTree::new(),
+                    next_qpn: 2,
+                },
+                "rsiw::DeviceData::qps"
+            ),
+            stags <- new_spinlock_irq!(stag_table, "rsiw::DeviceData::stags"),
+            num_qp: AtomicU32::new(0),
+            num_mr: AtomicU32::new(0),
             num_pd: AtomicU32::new(0),
             num_cq: AtomicU32::new(0),
             part_id: NEXT_PART_ID.fetch_add(1, Ordering::Relaxed),
             node_guid,
-        };
+        });
         if let Err(e) = self.registry.register(name, ndev, &info, data) {
             pr_err!(
                 "{}: registering on netdev {} failed: {:?}\n",

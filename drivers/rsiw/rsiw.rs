@@ -10,10 +10,14 @@
 
 use kernel::{netdev::NotifierRegistration, prelude::*, rdma::link};
 
+mod cm;
 mod cq;
 pub mod crc;
 mod device;
+mod mem;
 pub mod proto;
+mod qp;
+mod ring;
 
 module! {
     type: RsiwModule,

@@ -4,6 +4,7 @@
  * that rsiw's Rust abstractions (kernel::rdma, kernel::netdev) call.
  */
 
+#include <linux/completion.h>
 #include <linux/netdevice.h>
 #include <net/addrconf.h>
 #include <rdma/ib_verbs.h>
@@ -51,4 +52,9 @@ struct net_device *rust_helper_netdev_notifier_info_to_dev(const struct netdev_n
 void rust_helper_addrconf_addr_eui48(u8 *eui, const char *const addr)
 {
 	addrconf_addr_eui48(eui, addr);
+}
+
+void rust_helper_init_completion(struct completion *x)
+{
+	init_completion(x);
 }

@@ -1,3 +1,112 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Kernel TCP sockets for in-kernel protocols (placeholder; being written).
+//! In-kernel TCP sockets.
+//!
+//! A safe interface to the kernel's own TCP sockets for in-kernel protocols (rsiw runs MPA, DDP
+//! and RDMAP over it). It covers what the C siw driver does with `struct socket`:
+//!
+//! - [`TcpSocket`] owns a socket created in `init_net` with `sock_create_kern` (IPv4 or IPv6) or
+//!   returned by [`TcpListener::accept`]; dropping it releases the socket. It binds, connects
+//!   (blocking with a timeout, or non-blocking), sends byte slices ([`IoSlice`]) with
+//!   `kernel_sendmsg`, sends page fragments without copying them ([`PageSlice`],
+//!   `MSG_SPLICE_PAGES`), receives into a byte slice, and reports the MSS.
+//! - [`TcpListener`] is a socket after `listen`; it accepts without blocking.
+//! - [`SocketEvents`] and [`ListenerEvents`] are the socket upcalls (`sk_data_ready`,
+//!   `sk_write_space`, `sk_state_change`, `sk_error_report`). A handler is installed with
+//!   [`TcpSocket::set_callbacks`] and removed with [`TcpSocket::clear_callbacks`] (or when the
+//!   socket is dropped).
+//! - Inside [`SocketEvents::data_ready`], [`LockedSock::read_sock`] hands the queued bytes to an
+//!   actor as [`SkbData`] views (`tcp_read_sock`): the actor copies ranges out or walks them as
+//!   contiguous `&[u8]` pieces, and says how much it consumed.
+//!
+//! # Contexts and locking
+//!
+//! Upcalls run in softirq context, or in process context with bottom halves enabled when TCP
+//! processes a socket's backlog in `release_sock`. They hold the read side of
+//! `sk->sk_callback_lock`; for a connected socket TCP also holds the socket lock. A handler must
+//! therefore not sleep, must use bottom-half-safe locking for data it shares with process
+//! context, and must not call the methods of [`TcpSocket`]/[`TcpListener`] (they lock the socket
+//! or `sk_callback_lock` and may sleep): it records what happened and defers the work, as the C
+//! siw queues work items. The lock order is: socket lock, then `sk_callback_lock`.
+//!
+//! Installing, replacing and removing a handler takes `sk_callback_lock` for writing with bottom
+//! halves disabled, so it waits for running upcalls. The handler is held as an [`Arc`] that is
+//! dropped only after it has been unlinked under that lock: no upcall can see a handler after it
+//! is gone. The upcall functions themselves are part of the kernel image, so a late upcall that
+//! raced with the removal finds no handler and simply passes the event on to the socket's
+//! original function.
+//!
+//! A handler often owns the socket it is installed on (a connection endpoint owns its socket and
+//! the socket's upcalls must reach the endpoint). That is a reference cycle: it is broken by
+//! [`TcpSocket::clear_callbacks`], which the owner must call before it lets go of the handler.
+//!
+//! C headers: [`include/linux/net.h`](srctree/include/linux/net.h),
+//! [`include/net/sock.h`](srctree/include/net/sock.h),
+//! [`include/net/tcp.h`](srctree/include/net/tcp.h),
+//! [`include/linux/skbuff.h`](srctree/include/linux/skbuff.h).
+//!
+//! [`Arc`]: crate::sync::Arc
+
+mod addr;
+mod events;
+mod skb;
+mod socket;
+
+pub use addr::{from_sockaddr_storage, to_sockaddr_storage, Family};
+pub use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+pub use events::{ListenerEvents, LockedSock, Sock, SocketEvents};
+pub use skb::{Consumed, SkbData};
+pub use socket::{
+    ConnectStatus, IoSlice, PageSlice, RecvFlags, SendFlags, Shutdown, TcpListener, TcpSocket,
+    TcpState,
+};
+
+/// Networking error codes that [`crate::error::code`] does not declare in this kernel.
+pub mod errno {
+    use crate::{bindings, error::Error};
+
+    macro_rules! declare_errno {
+        ($($(#[$meta:meta])* $name:ident => $code:ident;)*) => {
+            $(
+                $(#[$meta])*
+                pub fn $name() -> Error {
+                    // CAST: Errno values are small positive integers.
+                    Error::from_errno(-(bindings::$code as i32))
+                }
+            )*
+        };
+    }
+
+    declare_errno! {
+        /// `EINPROGRESS`: operation now in progress.
+        einprogress => EINPROGRESS;
+        /// `EALREADY`: operation already in progress.
+        ealready => EALREADY;
+        /// `EISCONN`: the socket is already connected.
+        eisconn => EISCONN;
+        /// `ENOTCONN`: the socket is not connected.
+        enotconn => ENOTCONN;
+        /// `ECONNREFUSED`: connection refused.
+        econnrefused => ECONNREFUSED;
+        /// `ECONNRESET`: connection reset by peer.
+        econnreset => ECONNRESET;
+        /// `ECONNABORTED`: connection aborted.
+        econnaborted => ECONNABORTED;
+        /// `ETIMEDOUT`: connection timed out.
+        etimedout => ETIMEDOUT;
+        /// `EPIPE`: the connection was shut down for writing.
+        epipe => EPIPE;
+        /// `EADDRINUSE`: address already in use.
+        eaddrinuse => EADDRINUSE;
+        /// `EADDRNOTAVAIL`: cannot assign the requested address.
+        eaddrnotavail => EADDRNOTAVAIL;
+        /// `EAFNOSUPPORT`: address family not supported.
+        eafnosupport => EAFNOSUPPORT;
+        /// `ENETUNREACH`: network is unreachable.
+        enetunreach => ENETUNREACH;
+        /// `EHOSTUNREACH`: no route to host.
+        ehostunreach => EHOSTUNREACH;
+        /// `EPROTO`: protocol error.
+        eproto => EPROTO;
+    }
+}

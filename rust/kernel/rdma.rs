@@ -10,7 +10,10 @@
 
 pub mod consumer;
 pub mod device;
+pub mod iwcm;
 pub mod link;
+pub mod mr;
+pub mod qp;
 pub mod udata;
 pub mod verbs;
 
@@ -19,4 +22,11 @@ pub mod verbs;
 /// The 6.12 kernel crate names no `EOPNOTSUPP` constant, so this builds it.
 pub fn eopnotsupp() -> crate::error::Error {
     crate::error::Error::from_errno(-(crate::bindings::EOPNOTSUPP as i32))
+}
+
+/// `ENOTCONN`, the errno for posting to a queue pair that is not connected.
+///
+/// The 6.12 kernel crate names no `ENOTCONN` constant, so this builds it.
+pub fn enotconn() -> crate::error::Error {
+    crate::error::Error::from_errno(-(crate::bindings::ENOTCONN as i32))
 }

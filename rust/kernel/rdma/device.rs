@@ -15,6 +15,8 @@ use crate::{
     new_condvar, new_mutex,
     prelude::*,
     rdma::{
+        mr::{Mr, MrKeys, MrType},
+        qp::{Qp, QpInitAttr, QpModify, QpQuery, QpRef, RecvWr, SendWr},
         udata::UserData,
         verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
     },
@@ -177,6 +179,8 @@ pub trait Driver: Sized + 'static {
     type Pd: Send + Sync;
     /// Per-completion-queue driver data.
     type Cq: Send + Sync;
+    /// The driver's iWARP connection manager operations.
+    type IwCm: super::iwcm::IwCm<Driver = Self>;
 
     /// Creates a protection domain's data.
     fn alloc_pd(
@@ -201,6 +205,62 @@ pub trait Driver: Sized + 'static {
 
     /// Arms `cq` for one completion upcall. Returns whether completions are already queued.
     fn req_notify_cq(cq: &Cq<Self>, req: NotifyRequest) -> bool;
+
+    /// Per-queue-pair driver data.
+    type Qp: Send + Sync;
+    /// Per-memory-region driver data.
+    type Mr: Send + Sync;
+
+    /// Validates `attr` (updating `attr.cap` to what the QP really provides) and creates a QP's
+    /// data and number.
+    fn create_qp(
+        pd: &Pd<Self>,
+        attr: &mut QpInitAttr,
+        udata: &mut UserData<'_>,
+    ) -> Result<(impl PinInit<Self::Qp, Error>, u32)>;
+
+    /// Called once the QP is fully set up, before the consumer sees it (e.g. to publish it).
+    fn qp_created(_qp: &Qp<Self>) -> Result {
+        Ok(())
+    }
+
+    /// Tears a QP down: afterwards the driver must drop every [`QpRef`] it holds, so that
+    /// destruction can complete.
+    fn destroy_qp(qp: &Qp<Self>);
+
+    /// Applies a consumer's modification.
+    fn modify_qp(qp: &Qp<Self>, m: &QpModify, udata: &mut UserData<'_>) -> Result;
+
+    /// Reports a QP's attributes.
+    fn query_qp(qp: &Qp<Self>) -> Result<QpQuery>;
+
+    /// Posts one send work request.
+    fn post_send(qp: &Qp<Self>, wr: &SendWr<'_, Self>) -> Result;
+
+    /// Posts one receive work request.
+    fn post_recv(qp: &Qp<Self>, wr: &RecvWr<'_>) -> Result;
+
+    /// Finds a QP by number (for the iWARP connection manager).
+    fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<QpRef<Self>>;
+
+    /// Creates the data of a DMA MR (all of kernel memory) with `access` (`IB_ACCESS_*`).
+    fn get_dma_mr(pd: &Pd<Self>, access: u32) -> Result<(impl PinInit<Self::Mr, Error>, MrKeys)>;
+
+    /// Creates the data of an MR for fast registration of up to `max_num_sg` pages.
+    fn alloc_mr(
+        pd: &Pd<Self>,
+        ty: MrType,
+        max_num_sg: u32,
+    ) -> Result<(impl PinInit<Self::Mr, Error>, MrKeys)>;
+
+    /// Called before an MR's data is dropped.
+    fn dereg_mr(_mr: &Mr<Self>) {}
+
+    /// `map_mr_sg` starts: forget the previous page list.
+    fn mr_map_begin(mr: &Mr<Self>) -> Result;
+
+    /// `map_mr_sg` adds the page at DMA address `addr`.
+    fn mr_set_page(mr: &Mr<Self>, addr: u64) -> Result;
 
     /// Sets up a user context; may write a driver-specific response to `udata`.
     fn alloc_ucontext(_dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result {
@@ -606,6 +666,22 @@ impl<T: Driver> Adapter<T> {
         ops.poll_cq = Some(Self::poll_cq);
         ops.req_notify_cq = Some(Self::req_notify_cq);
         ops.size_ib_cq = core::mem::size_of::<Cq<T>>();
+        ops.create_qp = Some(Self::create_qp);
+        ops.destroy_qp = Some(Self::destroy_qp);
+        ops.modify_qp = Some(Self::modify_qp);
+        ops.query_qp = Some(Self::query_qp);
+        ops.post_send = Some(Self::post_send);
+        ops.post_recv = Some(Self::post_recv);
+        ops.iw_get_qp = Some(Self::iw_get_qp);
+        ops.iw_add_ref = Some(Self::iw_add_ref);
+        ops.iw_rem_ref = Some(Self::iw_rem_ref);
+        ops.size_ib_qp = core::mem::size_of::<Qp<T>>();
+        ops.get_dma_mr = Some(Self::get_dma_mr);
+        ops.alloc_mr = Some(Self::alloc_mr);
+        ops.reg_user_mr = Some(Self::reg_user_mr);
+        ops.dereg_mr = Some(Self::dereg_mr);
+        ops.map_mr_sg = Some(Self::map_mr_sg);
+        super::iwcm::fill_ops::<T::IwCm>(&mut ops);
         if T::HAS_ALLOC_UCONTEXT {
             ops.alloc_ucontext = Some(Self::alloc_ucontext);
             ops.dealloc_ucontext = Some(Self::dealloc_ucontext);

@@ -183,7 +183,7 @@ impl WcOpcode {
 
 /// Identifies the QP a completion belongs to; only the core dereferences it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct QpHandle(*mut bindings::ib_qp);
+pub struct QpHandle(pub(crate) *mut bindings::ib_qp);
 
 impl QpHandle {
     /// A handle for no QP (e.g. in tests of the CQ alone).

@@ -1,0 +1,404 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs: creation limits, the RDMAP state machine as verbs see it, the send and
+//! receive queues, and flushing.
+//!
+//! Work requests posted in RTS wait in the send queue for the transmit path. Posts in ERROR
+//! complete at once with `IB_WC_WR_FLUSH_ERR`, after everything queued earlier (entering ERROR
+//! flushes both queues under the same lock), which is what `ib_drain_qp` relies on.
+
+#![deny(unsafe_code)]
+
+use crate::{cq, device::Rsiw, mem};
+use kernel::{
+    irqlock::SpinLockIrq,
+    new_spinlock_irq,
+    prelude::*,
+    rdma::{
+        enotconn, eopnotsupp,
+        qp::{
+            Qp, QpCap, QpEvent, QpInitAttr, QpModify, QpQuery, QpState, RecvWr, SendOp, SendWr, Sge,
+        },
+        verbs::{WcOpcode, WcStatus, WorkCompletion},
+    },
+};
+
+/// Most QPs per device.
+pub(crate) const MAX_QP: u32 = 1 << 16;
+/// Most work requests per queue.
+pub(crate) const MAX_QP_WR: u32 = 1 << 15;
+/// Most SGEs per send or receive work request.
+pub(crate) const MAX_SGE: u32 = 8;
+/// Most SGEs of an RDMA Read's local sink.
+pub(crate) const MAX_SGE_RD: u32 = 1;
+/// Most inline bytes per send work request.
+pub(crate) const MAX_INLINE: u32 = 128;
+/// Most outstanding inbound (IRD) and outbound (ORD) RDMA Reads.
+pub(crate) const MAX_IRD_ORD: u32 = 128;
+
+/// A send queue entry: the work request, copied at post time.
+#[derive(Clone, Copy)]
+#[expect(
+    dead_code,
+    reason = "read by the transmit and receive paths, which come next"
+)]
+pub(crate) struct SendEntry {
+    pub(crate) wr_id: u64,
+    pub(crate) op: SendKind,
+    pub(crate) signaled: bool,
+    pub(crate) solicited: bool,
+    pub(crate) fence: bool,
+    pub(crate) sges: [Sge; MAX_SGE as usize],
+    pub(crate) num_sge: u8,
+    /// Inline payload (valid for `inline_len` bytes when `inline`).
+    pub(crate) inline: Option<InlineData>,
+}
+
+/// Inline payload copied at post time.
+#[derive(Clone, Copy)]
+pub(crate) struct InlineData {
+    pub(crate) len: u32,
+    pub(crate) bytes: [u8; MAX_INLINE as usize],
+}
+
+/// The operation of a queued send work request (local registration operations run at post
+/// time and are not queued).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendKind {
+    Send,
+    SendWithInv {
+        rkey: u32,
+    },
+    Write {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    Read {
+        remote_addr: u64,
+        rkey: u32,
+        invalidate_local: bool,
+    },
+}
+
+impl SendKind {
+    fn wc_opcode(self) -> WcOpcode {
+        match self {
+            SendKind::Send | SendKind::SendWithInv { .. } => WcOpcode::Send,
+            SendKind::Write { .. } => WcOpcode::RdmaWrite,
+            SendKind::Read { .. } => WcOpcode::RdmaRead,
+        }
+    }
+}
+
+/// A receive queue entry.
+#[derive(Clone, Copy)]
+#[expect(
+    dead_code,
+    reason = "read by the transmit and receive paths, which come next"
+)]
+pub(crate) struct RecvEntry {
+    pub(crate) wr_id: u64,
+    pub(crate) sges: [Sge; MAX_SGE as usize],
+    pub(crate) num_sge: u8,
+}
+
+const NO_SGE: Sge = Sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+};
+
+struct QpInner {
+    state: QpState,
+    access: u32,
+    ord: u32,
+    ird: u32,
+    sq: crate::ring::Ring<SendEntry>,
+    rq: crate::ring::Ring<RecvEntry>,
+}
+
+/// Per-QP state.
+#[pin_data]
+pub(crate) struct QpData {
+    cap: QpCap,
+    sig_all: bool,
+    has_srq: bool,
+    #[pin]
+    inner: SpinLockIrq<QpInner>,
+}
+
+/// Validates a create request, fits `attr.cap` to what the QP provides, and builds its data.
+pub(crate) fn create(attr: &mut QpInitAttr) -> Result<impl PinInit<QpData, Error>> {
+    if attr.user {
+        // The user-space (libsiw) queue ABI is not implemented.
+        return Err(eopnotsupp());
+    }
+    if !attr.rc || attr.create_flags != 0 {
+        return Err(eopnotsupp());
+    }
+    if attr.has_srq {
+        // Shared receive queues are not implemented yet.
+        return Err(eopnotsupp());
+    }
+    let c = &mut attr.cap;
+    if c.max_send_wr == 0
+        || c.max_send_wr > MAX_QP_WR
+        || c.max_recv_wr > MAX_QP_WR
+        || c.max_send_sge > MAX_SGE
+        || c.max_recv_sge > MAX_SGE
+        || c.max_inline_data > MAX_INLINE
+    {
+        return Err(EINVAL);
+    }
+    // Report what the QP really honours (C siw leaves the request unchanged).
+    c.max_send_sge = MAX_SGE;
+    c.max_recv_sge = MAX_SGE;
+    c.max_inline_data = MAX_INLINE;
+    let cap = *c;
+    let inner = QpInner {
+        state: QpState::Reset,
+        access: 0,
+        ord: MAX_IRD_ORD,
+        ird: MAX_IRD_ORD,
+        sq: crate::ring::Ring::new(cap.max_send_wr)?,
+        rq: crate::ring::Ring::new(cap.max_recv_wr)?,
+    };
+    let (sig_all, has_srq) = (attr.sig_all, attr.has_srq);
+    Ok(try_pin_init!(QpData {
+        cap,
+        sig_all,
+        has_srq,
+        inner <- new_spinlock_irq!(inner, "rsiw::QpData::inner"),
+    }))
+}
+
+fn flush_wc(qp: &Qp<Rsiw>, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status: WcStatus::WrFlushErr,
+        opcode,
+        byte_len: 0,
+        qp: qp.handle(),
+        invalidated_rkey: None,
+    }
+}
+
+/// Moves the QP to ERROR and completes everything queued with `IB_WC_WR_FLUSH_ERR`.
+fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+    let was_error = inner.state == QpState::Error;
+    inner.state = QpState::Error;
+    while let Some(e) = inner.sq.pop() {
+        // Overflow is reported to the consumer as CQ_ERR by `cq::push`.
+        let _ = cq::push(qp.send_cq(), flush_wc(qp, e.wr_id, e.op.wc_opcode()), false);
+    }
+    while let Some(e) = inner.rq.pop() {
+        let _ = cq::push(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
+    }
+    if !was_error && qp.data().has_srq {
+        qp.report_event(QpEvent::LastWqeReached);
+    }
+}
+
+/// Applies a consumer's `ib_modify_qp`.
+pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
+    if m.unknown_bits != 0 {
+        return Err(eopnotsupp());
+    }
+    if m.max_rd_atomic.is_some_and(|v| v > MAX_IRD_ORD)
+        || m.max_dest_rd_atomic.is_some_and(|v| v > MAX_IRD_ORD)
+    {
+        return Err(EINVAL);
+    }
+    let mut inner = qp.data().inner.lock();
+    if m.cur_state.is_some_and(|s| s != inner.state) {
+        return Err(EINVAL);
+    }
+    if let Some(to) = m.state {
+        let from = inner.state;
+        match (from, to) {
+            (_, QpState::Error) => enter_error(qp, &mut inner),
+            (QpState::Reset | QpState::Init, QpState::Init)
+            | (QpState::Init | QpState::Rtr, QpState::Rtr) => {
+                inner.state = to;
+            }
+            (QpState::Error | QpState::Reset, QpState::Reset) => inner.state = QpState::Reset,
+            // RTS is reached only through the connection manager; the consumer closes a
+            // connected QP with SQD (graceful) or ERROR (abortive). Without a connection, a
+            // graceful close is immediate.
+            (QpState::Rts, QpState::Sqd) => enter_error(qp, &mut inner),
+            _ => return Err(EINVAL),
+        }
+    }
+    if let Some(a) = m.access_flags {
+        inner.access = a;
+    }
+    if let Some(ord) = m.max_rd_atomic {
+        inner.ord = ord;
+    }
+    if let Some(ird) = m.max_dest_rd_atomic {
+        inner.ird = ird;
+    }
+    Ok(())
+}
+
+/// `ib_query_qp`.
+pub(crate) fn query(qp: &Qp<Rsiw>) -> QpQuery {
+    let d = qp.data();
+    let inner = d.inner.lock();
+    QpQuery {
+        state: inner.state,
+        cap: d.cap,
+        access_flags: inner.access,
+        max_rd_atomic: inner.ord,
+        max_dest_rd_atomic: inner.ird,
+        sig_all: d.sig_all,
+    }
+}
+
+/// Tears down a QP about to be destroyed.
+pub(crate) fn destroy(qp: &Qp<Rsiw>) {
+    enter_error(qp, &mut qp.data().inner.lock());
+}
+
+fn copy_sges(list: &[Sge], max: u32) -> Result<([Sge; MAX_SGE as usize], u8)> {
+    if list.len() > max as usize {
+        return Err(EINVAL);
+    }
+    let mut sges = [NO_SGE; MAX_SGE as usize];
+    for (d, s) in sges.iter_mut().zip(list) {
+        *d = *s;
+    }
+    Ok((sges, list.len() as u8))
+}
+
+/// Completes a local operation (registration, invalidation) that ran at post time.
+fn complete_local(qp: &Qp<Rsiw>, wr_id: u64, signaled: bool, opcode: WcOpcode, status: WcStatus) {
+    if signaled || status != WcStatus::Success {
+        let wc = WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            byte_len: 0,
+            qp: qp.handle(),
+            invalidated_rkey: None,
+        };
+        let _ = cq::push(qp.send_cq(), wc, false);
+    }
+}
+
+/// `ib_post_send` for one work request.
+pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
+    let d = qp.data();
+    let signaled = wr.flags.signaled || d.sig_all;
+    let mut inner = d.inner.lock();
+    let kind = match wr.op {
+        SendOp::Send => SendKind::Send,
+        SendOp::SendWithInv { rkey } => SendKind::SendWithInv { rkey },
+        SendOp::Write { remote_addr, rkey } => SendKind::Write { remote_addr, rkey },
+        SendOp::Read {
+            remote_addr,
+            rkey,
+            invalidate_local,
+        } => SendKind::Read {
+            remote_addr,
+            rkey,
+            invalidate_local,
+        },
+        SendOp::RegMr { mr, key, access } => {
+            if inner.state == QpState::Error {
+                complete_local(qp, wr.wr_id, true, WcOpcode::RegMr, WcStatus::WrFlushErr);
+                return Ok(());
+            }
+            // Local operations run in order: with nothing queued before them they run now.
+            if !inner.sq.is_empty() || inner.state != QpState::Rts {
+                return Err(EINVAL);
+            }
+            let status = match mem::register(mr, key, access) {
+                Ok(()) => WcStatus::Success,
+                Err(_) => WcStatus::LocProtErr,
+            };
+            complete_local(qp, wr.wr_id, signaled, WcOpcode::RegMr, status);
+            return Ok(());
+        }
+        SendOp::LocalInv { rkey } => {
+            if inner.state == QpState::Error {
+                complete_local(qp, wr.wr_id, true, WcOpcode::LocalInv, WcStatus::WrFlushErr);
+                return Ok(());
+            }
+            if !inner.sq.is_empty() || inner.state != QpState::Rts {
+                return Err(EINVAL);
+            }
+            let status = match mem::invalidate(qp.device(), qp.pd().as_raw() as usize, rkey) {
+                Ok(()) => WcStatus::Success,
+                Err(_) => WcStatus::LocProtErr,
+            };
+            complete_local(qp, wr.wr_id, signaled, WcOpcode::LocalInv, status);
+            return Ok(());
+        }
+    };
+    let max_sge = if matches!(kind, SendKind::Read { .. }) {
+        MAX_SGE_RD
+    } else {
+        d.cap.max_send_sge
+    };
+    let inline = if wr.flags.inline && !matches!(kind, SendKind::Read { .. }) {
+        let mut data = InlineData {
+            len: 0,
+            bytes: [0; MAX_INLINE as usize],
+        };
+        data.len = wr.copy_inline(&mut data.bytes)? as u32;
+        Some(data)
+    } else {
+        None
+    };
+    let (sges, num_sge) = if inline.is_some() {
+        ([NO_SGE; MAX_SGE as usize], 0)
+    } else {
+        copy_sges(wr.sges, max_sge)?
+    };
+    let entry = SendEntry {
+        wr_id: wr.wr_id,
+        op: kind,
+        signaled,
+        solicited: wr.flags.solicited,
+        fence: wr.flags.fence,
+        sges,
+        num_sge,
+        inline,
+    };
+    match inner.state {
+        QpState::Error => {
+            let _ = cq::push(
+                qp.send_cq(),
+                flush_wc(qp, wr.wr_id, kind.wc_opcode()),
+                false,
+            );
+            Ok(())
+        }
+        QpState::Rts => inner.sq.push(entry).map_err(|_| ENOMEM),
+        _ => Err(enotconn()),
+    }
+}
+
+/// `ib_post_recv` for one work request.
+pub(crate) fn post_recv(qp: &Qp<Rsiw>, wr: &RecvWr<'_>) -> Result {
+    let d = qp.data();
+    if d.has_srq {
+        return Err(EINVAL);
+    }
+    let (sges, num_sge) = copy_sges(wr.sges, d.cap.max_recv_sge)?;
+    let entry = RecvEntry {
+        wr_id: wr.wr_id,
+        sges,
+        num_sge,
+    };
+    let mut inner = d.inner.lock();
+    match inner.state {
+        QpState::Error => {
+            let _ = cq::push(qp.recv_cq(), flush_wc(qp, wr.wr_id, WcOpcode::Recv), false);
+            Ok(())
+        }
+        QpState::Init | QpState::Rtr | QpState::Rts => inner.rq.push(entry).map_err(|_| ENOMEM),
+        _ => Err(EINVAL),
+    }
+}

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Non-inline wrappers for the static inline socket, TCP and locking functions
+ * (and function-like macros) that kernel::ksock calls.
+ */
+
+#include <linux/bottom_half.h>
+#include <linux/net.h>
+#include <linux/rwlock.h>
+#include <net/ipv6.h>
+#include <net/sock.h>
+#include <net/tcp.h>
+
+void rust_helper_read_lock(rwlock_t *lock)
+{
+	read_lock(lock);
+}
+
+void rust_helper_read_unlock(rwlock_t *lock)
+{
+	read_unlock(lock);
+}
+
+void rust_helper_write_lock_bh(rwlock_t *lock)
+{
+	write_lock_bh(lock);
+}
+
+void rust_helper_write_unlock_bh(rwlock_t *lock)
+{
+	write_unlock_bh(lock);
+}
+
+void rust_helper_local_bh_disable(void)
+{
+	local_bh_disable();
+}
+
+void rust_helper_local_bh_enable(void)
+{
+	local_bh_enable();
+}
+
+void rust_helper_lock_sock(struct sock *sk)
+{
+	lock_sock(sk);
+}
+
+int rust_helper_sock_error(struct sock *sk)
+{
+	return sock_error(sk);
+}
+
+bool rust_helper_sk_stream_is_writeable(const struct sock *sk)
+{
+	return sk_stream_is_writeable(sk);
+}
+
+struct tcp_sock *rust_helper_tcp_sk(struct sock *sk)
+{
+	return tcp_sk(sk);
+}
+
+int rust_helper_ip6_sock_set_v6only(struct sock *sk)
+{
+	return ip6_sock_set_v6only(sk);
+}
+
+bool rust_helper_sendpage_ok(struct page *page)
+{
+	return sendpage_ok(page);
+}

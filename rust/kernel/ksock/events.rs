@@ -1,0 +1,638 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Socket upcalls: handlers for `sk_data_ready`, `sk_write_space`, `sk_state_change` and
+//! `sk_error_report`, and the borrowed socket views they are given.
+
+use super::skb::{self, Consumed, SkbData};
+use super::socket::TcpState;
+use crate::{alloc::KBox, bindings, prelude::*, sync::Arc, types::Opaque};
+use core::ptr::{addr_of, addr_of_mut};
+
+/// Handler for the upcalls of a connected (or connecting) [`TcpSocket`].
+///
+/// Every method runs in softirq context, or in process context with bottom halves enabled (when
+/// TCP processes the socket backlog), with the read side of `sk_callback_lock` held; see the
+/// [module documentation](super) for what that rules out. After the handler returns, the
+/// socket's original upcall runs too, so the socket keeps behaving as it would without the
+/// handler (it wakes up waiters, for example).
+///
+/// Upcalls can be spurious: a handler must cope with, say, `data_ready` when no data is queued.
+///
+/// [`TcpSocket`]: super::TcpSocket
+pub trait SocketEvents: Send + Sync {
+    /// Data arrived (`sk_data_ready`).
+    ///
+    /// The socket lock is held, so `sk` can read the data with [`LockedSock::read_sock`].
+    fn data_ready(&self, sk: &LockedSock) {
+        let _ = sk;
+    }
+
+    /// The socket became writable after a send came back with `EAGAIN` (`sk_write_space`).
+    ///
+    /// Only called when at least a third of the send buffer is free
+    /// (`sk_stream_is_writeable`).
+    fn write_space(&self, sk: &Sock) {
+        let _ = sk;
+    }
+
+    /// The TCP state changed, to `state` (`sk_state_change`).
+    ///
+    /// [`TcpState::Established`] completes a non-blocking connect; [`TcpState::CloseWait`] means
+    /// the peer closed its side; [`TcpState::Close`] means the connection is gone.
+    fn state_change(&self, sk: &Sock, state: TcpState) {
+        let _ = (sk, state);
+    }
+
+    /// An error was reported on the socket (`sk_error_report`), such as a reset by the peer.
+    ///
+    /// `err` is the pending socket error, if it is still set; it stays pending (see
+    /// [`TcpSocket::take_error`](super::TcpSocket::take_error)).
+    fn error_report(&self, sk: &Sock, err: Option<Error>) {
+        let _ = (sk, err);
+    }
+}
+
+/// Handler for the upcalls of a [`TcpListener`](super::TcpListener).
+///
+/// Runs in the contexts described for [`SocketEvents`]. Listener upcalls do not hold the
+/// listening socket's lock (TCP processes listeners locklessly).
+pub trait ListenerEvents: Send + Sync {
+    /// A new connection is ready to be accepted (the listener's `sk_data_ready`).
+    ///
+    /// Accepting sleeps, so the handler defers it to process context, where it calls
+    /// [`TcpListener::accept`](super::TcpListener::accept) until that returns `None`.
+    fn incoming(&self, sk: &Sock);
+
+    /// The listener's TCP state changed, to `state`.
+    fn state_change(&self, sk: &Sock, state: TcpState) {
+        let _ = (sk, state);
+    }
+
+    /// An error was reported on the listening socket.
+    fn error_report(&self, sk: &Sock, err: Option<Error>) {
+        let _ = (sk, err);
+    }
+}
+
+/// A `struct sock` of a TCP socket, borrowed for the duration of an upcall.
+///
+/// Gives read-only access to the connection's state.
+///
+/// # Invariants
+///
+/// The wrapped `sock` is a valid TCP socket for the lifetime of every `&Sock`.
+#[repr(transparent)]
+pub struct Sock(Opaque<bindings::sock>);
+
+impl Sock {
+    /// Borrows `sk`.
+    ///
+    /// # Safety
+    ///
+    /// `sk` must be a valid TCP `sock` for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(sk: *mut bindings::sock) -> &'a Self {
+        // CAST: `Sock` is a transparent wrapper of `sock`.
+        // SAFETY: The caller guarantees validity for `'a`.
+        unsafe { &*sk.cast::<Self>() }
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::sock {
+        self.0.get()
+    }
+
+    /// The current TCP state.
+    pub fn state(&self) -> TcpState {
+        // SAFETY: The socket is valid (type invariant). `skc_state` changes under the socket
+        // lock; an unlocked read of the byte is what C does with `READ_ONCE`.
+        let raw = unsafe { addr_of!((*self.as_raw()).__sk_common.skc_state).read_volatile() };
+        TcpState::from_raw(raw)
+    }
+
+    /// The pending socket error (`sk_err`), without clearing it.
+    pub fn error(&self) -> Option<Error> {
+        // SAFETY: The socket is valid; a racy read of an `int`, as `READ_ONCE` in C.
+        let err = unsafe { addr_of!((*self.as_raw()).sk_err).read_volatile() };
+        (err > 0).then(|| Error::from_errno(-err))
+    }
+
+    /// The current maximum segment size (`tcp_sk(sk)->mss_cache`).
+    ///
+    /// Zero before the connection is established.
+    pub fn mss(&self) -> u32 {
+        // SAFETY: The socket is a TCP socket (type invariant), so it is embedded in a `tcp_sock`.
+        let tp = unsafe { bindings::tcp_sk(self.as_raw()) };
+        // SAFETY: `tp` is valid; a racy read of an integer, as siw does.
+        unsafe { addr_of!((*tp).mss_cache).read_volatile() }
+    }
+
+    /// How many MSS-sized segments TCP currently builds into one GSO packet (`gso_segs`).
+    pub fn gso_segs(&self) -> u16 {
+        // SAFETY: As in `mss`.
+        let tp = unsafe { bindings::tcp_sk(self.as_raw()) };
+        // SAFETY: As in `mss`.
+        unsafe { addr_of!((*tp).gso_segs).read_volatile() }
+    }
+
+    /// Whether at least a third of the send buffer is free (`sk_stream_is_writeable`).
+    pub fn is_writeable(&self) -> bool {
+        // SAFETY: The socket is valid.
+        unsafe { bindings::sk_stream_is_writeable(self.as_raw()) }
+    }
+}
+
+/// A [`Sock`] whose socket lock the current context holds: received data can be read.
+///
+/// Given to [`SocketEvents::data_ready`].
+///
+/// # Invariants
+///
+/// The current context holds the socket lock (owns it, or holds its spinlock in softirq) for the
+/// lifetime of every `&LockedSock`, and the socket is not listening.
+#[repr(transparent)]
+pub struct LockedSock(Sock);
+
+impl core::ops::Deref for LockedSock {
+    type Target = Sock;
+
+    fn deref(&self) -> &Sock {
+        &self.0
+    }
+}
+
+impl LockedSock {
+    /// Borrows `sk`.
+    ///
+    /// # Safety
+    ///
+    /// `sk` must be a valid TCP `sock`, not listening, whose socket lock the current context
+    /// holds for `'a`.
+    unsafe fn from_raw<'a>(sk: *mut bindings::sock) -> &'a Self {
+        // CAST: `LockedSock` is a transparent wrapper of `Sock`, itself one of `sock`.
+        // SAFETY: The caller guarantees validity and the lock for `'a`.
+        unsafe { &*sk.cast::<Self>() }
+    }
+
+    /// Hands the queued received bytes to `actor`, in order (`tcp_read_sock`).
+    ///
+    /// `actor` is called with consecutive pieces of the stream (one socket buffer, or what is
+    /// left of one, at a time) and returns how much of each it consumed:
+    ///
+    /// - [`Consumed::Continue(n)`](Consumed::Continue) with `n` equal to the length: the next
+    ///   piece follows, if any;
+    /// - `Continue(n)` with a smaller non-zero `n`: the rest of the piece is offered at once;
+    /// - [`Consumed::Stop(n)`](Consumed::Stop), or `Continue(0)`: reading stops after `n` bytes.
+    ///
+    /// Bytes not consumed stay queued and are offered again by a later `read_sock`. Consumed
+    /// bytes are removed from the socket, which lets TCP open its receive window (and send an
+    /// ACK). A consumption larger than the piece counts as the whole piece.
+    ///
+    /// Returns the number of bytes consumed. The actor runs in atomic context.
+    pub fn read_sock(&self, mut actor: impl FnMut(&SkbData<'_>) -> Consumed) -> Result<usize> {
+        // SAFETY: By the type invariant the socket is a locked, non-listening TCP socket.
+        unsafe { skb::read_sock(self.as_raw(), &mut actor) }
+    }
+}
+
+/// An upcall function pointer as stored in `struct sock`.
+type Upcall = Option<unsafe extern "C" fn(*mut bindings::sock)>;
+
+/// A socket's upcalls from before a handler was installed.
+#[derive(Clone, Copy)]
+pub(crate) struct Upcalls {
+    data_ready: Upcall,
+    write_space: Upcall,
+    state_change: Upcall,
+    error_report: Upcall,
+}
+
+impl Upcalls {
+    /// The upcalls currently installed on `sk`.
+    ///
+    /// # Safety
+    ///
+    /// `sk` must be valid and its `sk_callback_lock` held.
+    unsafe fn read(sk: *mut bindings::sock) -> Self {
+        // SAFETY: The caller guarantees validity; the lock serializes against writers.
+        unsafe {
+            Self {
+                data_ready: (*sk).sk_data_ready,
+                write_space: (*sk).sk_write_space,
+                state_change: (*sk).sk_state_change,
+                error_report: (*sk).sk_error_report,
+            }
+        }
+    }
+
+    /// Installs these upcalls on `sk`.
+    ///
+    /// # Safety
+    ///
+    /// `sk` must be valid and its `sk_callback_lock` held for writing.
+    unsafe fn write(&self, sk: *mut bindings::sock) {
+        // SAFETY: The caller guarantees validity and exclusive access to the pointers. TCP reads
+        // them with `READ_ONCE`, so they are written as whole words.
+        unsafe {
+            addr_of_mut!((*sk).sk_data_ready).write_volatile(self.data_ready);
+            addr_of_mut!((*sk).sk_write_space).write_volatile(self.write_space);
+            addr_of_mut!((*sk).sk_state_change).write_volatile(self.state_change);
+            addr_of_mut!((*sk).sk_error_report).write_volatile(self.error_report);
+        }
+    }
+
+    /// Our own upcalls.
+    const TRAMPOLINES: Self = Self {
+        data_ready: Some(data_ready_upcall),
+        write_space: Some(write_space_upcall),
+        state_change: Some(state_change_upcall),
+        error_report: Some(error_report_upcall),
+    };
+
+    /// Replaces each of our own upcalls found in `self` by the one in `originals`.
+    fn replace_trampolines(&mut self, originals: &Self) {
+        fn fix(cur: &mut Upcall, own: Upcall, orig: Upcall) {
+            if addr(*cur) == addr(own) {
+                *cur = orig;
+            }
+        }
+        let own = Self::TRAMPOLINES;
+        fix(&mut self.data_ready, own.data_ready, originals.data_ready);
+        fix(
+            &mut self.write_space,
+            own.write_space,
+            originals.write_space,
+        );
+        fix(
+            &mut self.state_change,
+            own.state_change,
+            originals.state_change,
+        );
+        fix(
+            &mut self.error_report,
+            own.error_report,
+            originals.error_report,
+        );
+    }
+}
+
+/// The address of an upcall, for identity comparisons.
+fn addr(f: Upcall) -> usize {
+    f.map_or(0, |f| f as usize)
+}
+
+/// The installed handler.
+pub(crate) enum Handler {
+    /// On a connected or connecting socket.
+    Stream(Arc<dyn SocketEvents>),
+    /// On a listening socket.
+    Listener(Arc<dyn ListenerEvents>),
+}
+
+/// What `sk_user_data` points to while a handler is installed.
+struct Hook {
+    handler: Handler,
+    /// The upcalls to restore on removal, and to chain to.
+    orig: Upcalls,
+}
+
+// The low bits of `sk_user_data` are flags; `SK_USER_DATA_NOCOPY` keeps TCP from copying the
+// pointer into sockets cloned from a listener (the `Hook` belongs to the listener alone).
+// CAST: The flag values are small.
+const NOCOPY: usize = bindings::SK_USER_DATA_NOCOPY as usize;
+// CAST: `SK_USER_DATA_PTRMASK` is `~7` as an `int`; sign extension gives the `unsigned long` mask.
+const PTRMASK: usize = bindings::SK_USER_DATA_PTRMASK as isize as usize;
+
+/// The hook installed on `sk`, if any.
+///
+/// # Safety
+///
+/// `sk` must be a valid socket owned by a `TcpSocket` or `TcpListener`, so that its
+/// `sk_user_data` is null or a `Hook` (see their invariants), and its `sk_callback_lock` must be
+/// held for `'a` (for reading or writing).
+unsafe fn hook<'a>(sk: *mut bindings::sock) -> Option<&'a Hook> {
+    // SAFETY: `sk` is valid; the lock keeps writers out.
+    let raw = unsafe { addr_of!((*sk).sk_user_data).read_volatile() } as usize & PTRMASK;
+    // SAFETY: Non-null means a live `Hook` that is only freed after being unlinked under the
+    // write lock, which the caller's lock excludes for `'a`.
+    (raw != 0).then(|| unsafe { &*(raw as *const Hook) })
+}
+
+/// The read side of `sk_callback_lock`.
+struct ReadGuard(*mut bindings::sock);
+
+impl ReadGuard {
+    /// # Safety
+    ///
+    /// `sk` must be valid for the lifetime of the guard.
+    unsafe fn new(sk: *mut bindings::sock) -> Self {
+        // SAFETY: The caller guarantees `sk` is valid.
+        unsafe { bindings::read_lock(addr_of_mut!((*sk).sk_callback_lock)) };
+        Self(sk)
+    }
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        // SAFETY: Locked in `new`; `sk` is still valid.
+        unsafe { bindings::read_unlock(addr_of_mut!((*self.0).sk_callback_lock)) };
+    }
+}
+
+/// The write side of `sk_callback_lock`, with bottom halves disabled.
+struct WriteGuard(*mut bindings::sock);
+
+impl WriteGuard {
+    /// # Safety
+    ///
+    /// `sk` must be valid for the lifetime of the guard.
+    unsafe fn new(sk: *mut bindings::sock) -> Self {
+        // SAFETY: The caller guarantees `sk` is valid.
+        unsafe { bindings::write_lock_bh(addr_of_mut!((*sk).sk_callback_lock)) };
+        Self(sk)
+    }
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        // SAFETY: Locked in `new`; `sk` is still valid.
+        unsafe { bindings::write_unlock_bh(addr_of_mut!((*self.0).sk_callback_lock)) };
+    }
+}
+
+/// Installs `handler` on `sk`, replacing the handler installed before, if any.
+///
+/// # Safety
+///
+/// `sk` must be a valid TCP socket owned by a `TcpSocket` or `TcpListener` (so that its
+/// `sk_user_data` belongs to this module) that stays valid until [`remove`] has run on it. A
+/// [`Handler::Stream`] must only be installed on a socket that never listens.
+pub(crate) unsafe fn install(sk: *mut bindings::sock, handler: Handler) -> Result {
+    let mut new = KBox::new(
+        Hook {
+            handler,
+            orig: Upcalls::TRAMPOLINES,
+        },
+        GFP_KERNEL,
+    )?;
+    let old = {
+        // SAFETY: `sk` is valid.
+        let _guard = unsafe { WriteGuard::new(sk) };
+        // SAFETY: The lock is held; `sk` is ours.
+        let old = unsafe { hook(sk) }.map(|h| core::ptr::from_ref(h).cast_mut());
+        match old {
+            // SAFETY: `old` is a live `Hook` (we hold the lock).
+            Some(old) => new.orig = unsafe { (*old).orig },
+            None => {
+                // With no hook installed, none of the upcalls is ours (`TcpListener::accept`
+                // replaces those a new socket inherits), so these are the originals.
+                // SAFETY: The lock is held.
+                new.orig = unsafe { Upcalls::read(sk) };
+                // SAFETY: The lock is held for writing.
+                unsafe { Upcalls::TRAMPOLINES.write(sk) };
+            }
+        }
+        let raw = KBox::into_raw(new) as usize | NOCOPY;
+        // INVARIANT: `sk_user_data` now points to a live `Hook`, owned through this pointer.
+        // SAFETY: The lock is held for writing; TCP reads `sk_user_data` as a whole word.
+        unsafe { addr_of_mut!((*sk).sk_user_data).write_volatile(raw as *mut _) };
+        old
+    };
+    if let Some(old) = old {
+        // SAFETY: `old` came from `KBox::into_raw` in an earlier `install` and was unlinked
+        // under the write lock, which has been released since: no upcall can still use it.
+        drop(unsafe { KBox::from_raw(old) });
+    }
+    Ok(())
+}
+
+/// Removes the handler installed on `sk`, if any, and restores the original upcalls.
+///
+/// When this returns, no upcall is running the handler any more and none will; the handler has
+/// been dropped (this is where a last reference to it goes away).
+///
+/// # Safety
+///
+/// `sk` must be a valid TCP socket owned by a `TcpSocket` or `TcpListener`.
+pub(crate) unsafe fn remove(sk: *mut bindings::sock) {
+    let old = {
+        // SAFETY: `sk` is valid.
+        let _guard = unsafe { WriteGuard::new(sk) };
+        // SAFETY: The lock is held; `sk` is ours.
+        let Some(old) = (unsafe { hook(sk) }) else {
+            return;
+        };
+        // SAFETY: The lock is held for writing.
+        unsafe { old.orig.write(sk) };
+        // INVARIANT: No hook is installed, and the original upcalls are back.
+        // SAFETY: The lock is held for writing.
+        unsafe { addr_of_mut!((*sk).sk_user_data).write_volatile(core::ptr::null_mut()) };
+        core::ptr::from_ref(old).cast_mut()
+    };
+    // SAFETY: `old` came from `KBox::into_raw` in `install`; it was unlinked under the write lock,
+    // which waited for every upcall that could still see it.
+    drop(unsafe { KBox::from_raw(old) });
+}
+
+/// Gives a socket just accepted from `listener` its original upcalls back.
+///
+/// TCP creates the socket of a new connection as a copy of the listener, including its
+/// upcalls; the `Hook` pointer is not copied (`SK_USER_DATA_NOCOPY`), so our upcalls do nothing
+/// on it until this puts the listener's originals in their place.
+///
+/// # Safety
+///
+/// `listener` must be a valid socket owned by a `TcpListener`, and `child` a valid socket
+/// returned by `kernel_accept` on it, not yet given to anyone.
+pub(crate) unsafe fn fix_accepted(listener: *mut bindings::sock, child: *mut bindings::sock) {
+    let originals = {
+        // SAFETY: `listener` is valid.
+        let _guard = unsafe { ReadGuard::new(listener) };
+        // SAFETY: The lock is held; `listener` is ours.
+        match unsafe { hook(listener) } {
+            Some(h) => h.orig,
+            // SAFETY: The lock is held. Without a hook, the listener's upcalls are the originals.
+            None => unsafe { Upcalls::read(listener) },
+        }
+    };
+    // The two locks are of the same lockdep class; they are taken one after the other.
+    // SAFETY: `child` is valid.
+    let _guard = unsafe { WriteGuard::new(child) };
+    // SAFETY: The lock is held.
+    let mut upcalls = unsafe { Upcalls::read(child) };
+    upcalls.replace_trampolines(&originals);
+    // SAFETY: The lock is held for writing.
+    unsafe { upcalls.write(child) };
+}
+
+/// Runs the installed handler's `data_ready` now, from process context.
+///
+/// # Safety
+///
+/// `sk` must be a valid TCP socket owned by a `TcpSocket` (never listening).
+pub(crate) unsafe fn kick_data_ready(sk: *mut bindings::sock) {
+    // SAFETY: `sk` is valid. The socket lock comes first, as in the upcalls.
+    unsafe { bindings::lock_sock(sk) };
+    // Run the handler as an upcall would: with bottom halves disabled.
+    // SAFETY: Paired with `local_bh_enable` below.
+    unsafe { bindings::local_bh_disable() };
+    {
+        // SAFETY: `sk` is valid.
+        let _guard = unsafe { ReadGuard::new(sk) };
+        // SAFETY: The lock is held; `sk` is ours.
+        if let Some(Handler::Stream(h)) = unsafe { hook(sk) }.map(|h| &h.handler) {
+            // SAFETY: We own the socket lock; the socket does not listen.
+            h.data_ready(unsafe { LockedSock::from_raw(sk) });
+        }
+    }
+    // SAFETY: Disabled above.
+    unsafe { bindings::local_bh_enable() };
+    // SAFETY: Locked above.
+    unsafe { bindings::release_sock(sk) };
+}
+
+/// One of the four upcalls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Event {
+    DataReady,
+    WriteSpace,
+    StateChange,
+    ErrorReport,
+}
+
+impl Upcalls {
+    fn get(&self, event: Event) -> Upcall {
+        match event {
+            Event::DataReady => self.data_ready,
+            Event::WriteSpace => self.write_space,
+            Event::StateChange => self.state_change,
+            Event::ErrorReport => self.error_report,
+        }
+    }
+}
+
+/// The body of our upcalls: runs `f` with the installed handler under the read side of
+/// `sk_callback_lock`, and the socket's original upcall for `event` after it (for
+/// [`Event::WriteSpace`], before it).
+///
+/// Without a hook, the upcall raced with [`remove`] (and the socket's current upcall, read
+/// under the lock, is the restored original: it is called instead), or runs on a socket TCP
+/// copied from a listener before [`fix_accepted`] (the current upcall is ours, and there is
+/// nobody to notify yet: nothing is called).
+///
+/// # Safety
+///
+/// Only for our upcalls, with the socket TCP passes them: valid during the call, and one of our
+/// sockets or a copy TCP made of one (whose `sk_user_data` is then null).
+unsafe fn run_upcall(sk: *mut bindings::sock, event: Event, f: impl FnOnce(&Handler)) {
+    // SAFETY: TCP passes a valid socket that stays valid during the call.
+    let guard = unsafe { ReadGuard::new(sk) };
+    // SAFETY: The lock is held, and the socket is ours or a copy without a hook.
+    let Some(hook) = (unsafe { hook(sk) }) else {
+        // SAFETY: The lock is held.
+        let cur = unsafe { Upcalls::read(sk) }.get(event);
+        drop(guard);
+        if addr(cur) != addr(Upcalls::TRAMPOLINES.get(event)) {
+            // SAFETY: `cur` is the socket's own (restored) upcall.
+            unsafe { chain(cur, sk) };
+        }
+        return;
+    };
+    let orig = hook.orig.get(event);
+    // The original `sk_write_space` clears `SOCK_NOSPACE`: it must run before the handler
+    // lets a sender retry, or a retry that fails again would set the flag just to see it
+    // cleared, and no further `sk_write_space` would come.
+    let orig_first = event == Event::WriteSpace;
+    if orig_first {
+        // SAFETY: `orig` is the socket's original upcall.
+        unsafe { chain(orig, sk) };
+    }
+    f(&hook.handler);
+    drop(guard);
+    if !orig_first {
+        // SAFETY: `orig` is the socket's original upcall.
+        unsafe { chain(orig, sk) };
+    }
+}
+
+/// Calls an upcall of `sk`.
+///
+/// # Safety
+///
+/// `sk` must be valid and `f` one of its own upcalls (not ours).
+unsafe fn chain(f: Upcall, sk: *mut bindings::sock) {
+    if let Some(f) = f {
+        // SAFETY: The caller guarantees this is the socket's upcall.
+        unsafe { f(sk) };
+    }
+}
+
+/// Our `sk_data_ready`.
+///
+/// # Safety
+///
+/// Called by TCP with a valid socket, as the contract for `sk_data_ready` says.
+unsafe extern "C" fn data_ready_upcall(sk: *mut bindings::sock) {
+    let f = |h: &Handler| match h {
+        // SAFETY: TCP calls `sk_data_ready` of a non-listening socket with the socket lock held,
+        // and a `Stream` hook is only installed on sockets that never listen.
+        Handler::Stream(h) => h.data_ready(unsafe { LockedSock::from_raw(sk) }),
+        // SAFETY: `sk` is valid during the call.
+        Handler::Listener(h) => h.incoming(unsafe { Sock::from_raw(sk) }),
+    };
+    // SAFETY: This is our upcall, called by TCP.
+    unsafe { run_upcall(sk, Event::DataReady, f) };
+}
+
+/// Our `sk_write_space`.
+///
+/// # Safety
+///
+/// Called by TCP with a valid socket, as the contract for `sk_write_space` says.
+unsafe extern "C" fn write_space_upcall(sk: *mut bindings::sock) {
+    let f = |h: &Handler| {
+        // SAFETY: `sk` is valid during the call.
+        let s = unsafe { Sock::from_raw(sk) };
+        if let Handler::Stream(h) = h {
+            if s.is_writeable() {
+                h.write_space(s);
+            }
+        }
+    };
+    // SAFETY: This is our upcall, called by TCP.
+    unsafe { run_upcall(sk, Event::WriteSpace, f) };
+}
+
+/// Our `sk_state_change`.
+///
+/// # Safety
+///
+/// Called by TCP with a valid socket, as the contract for `sk_state_change` says.
+unsafe extern "C" fn state_change_upcall(sk: *mut bindings::sock) {
+    let f = |h: &Handler| {
+        // SAFETY: `sk` is valid during the call.
+        let s = unsafe { Sock::from_raw(sk) };
+        match h {
+            Handler::Stream(h) => h.state_change(s, s.state()),
+            Handler::Listener(h) => h.state_change(s, s.state()),
+        }
+    };
+    // SAFETY: This is our upcall, called by TCP.
+    unsafe { run_upcall(sk, Event::StateChange, f) };
+}
+
+/// Our `sk_error_report`.
+///
+/// # Safety
+///
+/// Called by TCP with a valid socket, as the contract for `sk_error_report` says.
+unsafe extern "C" fn error_report_upcall(sk: *mut bindings::sock) {
+    let f = |h: &Handler| {
+        // SAFETY: `sk` is valid during the call.
+        let s = unsafe { Sock::from_raw(sk) };
+        match h {
+            Handler::Stream(h) => h.error_report(s, s.error()),
+            Handler::Listener(h) => h.error_report(s, s.error()),
+        }
+    };
+    // SAFETY: This is our upcall, called by TCP.
+    unsafe { run_upcall(sk, Event::ErrorReport, f) };
+}

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions of a provider: the DMA MR and fast-registration MRs.
+//!
+//! Unlike PDs and QPs, MRs are allocated by the driver: [`Mr`] is boxed, handed to the core as
+//! its `ib_mr`, and freed in `dereg_mr`.
+//!
+//! Software iWARP is a virtual-DMA device: DMA addresses are kernel virtual addresses. The
+//! data path reads and writes registered memory only through [`KernelRange`], whose
+//! constructor is the one place that trusts a consumer's registration.
+
+use super::{
+    device::{Adapter, Device, Driver},
+    verbs::Pd,
+};
+use crate::{bindings, error::Result, prelude::*, types::Opaque};
+
+/// Kinds of memory region `alloc_mr` is asked for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MrType {
+    /// Fast registration through `IB_WR_REG_MR` (`IB_MR_TYPE_MEM_REG`).
+    MemReg,
+    /// Any other kind (SG gaps, integrity, user), which software iWARP does not offer.
+    Other,
+}
+
+/// The keys of a new memory region.
+#[derive(Clone, Copy, Debug)]
+pub struct MrKeys {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key (STag).
+    pub rkey: u32,
+}
+
+/// A memory region of driver `T`.
+///
+/// # Invariants
+///
+/// Allocated by [`Adapter::alloc_mr`] or [`Adapter::get_dma_mr`] in a pinned box; `data` is
+/// initialised until `dereg_mr` frees it.
+#[repr(C)]
+#[pin_data]
+pub struct Mr<T: Driver> {
+    #[pin]
+    ib: Opaque<bindings::ib_mr>,
+    #[pin]
+    data: T::Mr,
+}
+
+// SAFETY: MRs are used from every context; the driver data is `Send + Sync`.
+unsafe impl<T: Driver> Sync for Mr<T> {}
+// SAFETY: See above.
+unsafe impl<T: Driver> Send for Mr<T> {}
+
+impl<T: Driver> Mr<T> {
+    /// The driver's data.
+    pub fn data(&self) -> &T::Mr {
+        &self.data
+    }
+
+    /// The device the MR belongs to.
+    pub fn device(&self) -> &Device<T> {
+        // SAFETY: The core sets `device` after allocation, before the MR is used.
+        unsafe { Device::from_raw((*self.ib.get()).device) }
+    }
+
+    /// The MR's protection domain (as a raw identity, for comparisons).
+    pub fn pd_id(&self) -> usize {
+        // SAFETY: Kernel MRs never change PD.
+        unsafe { (*self.ib.get()).pd as usize }
+    }
+
+    /// The I/O virtual address, length and page size `map_mr_sg` set up.
+    pub fn mapping(&self) -> (u64, u64, u32) {
+        let mr = self.ib.get();
+        // SAFETY: These fields are written by `ib_map_mr_sg`, which the consumer serialises
+        // with posting the REG_MR that makes them used.
+        unsafe { ((*mr).iova, (*mr).length, (*mr).page_size) }
+    }
+}
+
+/// A range of kernel memory that a consumer registered, which the data path may read and write.
+///
+/// # Invariants
+///
+/// `addr..addr + len` is kernel memory that stays valid while the registration that produced it
+/// is valid (the RDMA verbs contract: memory stays mapped until the MR is invalidated or
+/// deregistered and the work requests using it have completed).
+#[derive(Clone, Copy, Debug)]
+pub struct KernelRange {
+    addr: usize,
+    len: usize,
+}
+
+impl KernelRange {
+    /// A range of a consumer's registered memory at DMA address `dma_addr`.
+    ///
+    /// # Safety
+    ///
+    /// `dma_addr..dma_addr + len` must be a DMA range a kernel consumer mapped for this
+    /// (virtual-DMA) device and registered in a valid MR or SGE, and the caller must stop
+    /// using the range when that registration ends.
+    pub unsafe fn new(dma_addr: u64, len: usize) -> Result<Self> {
+        let addr = usize::try_from(dma_addr).map_err(|_| EINVAL)?;
+        addr.checked_add(len).ok_or(EINVAL)?;
+        // INVARIANT: Guaranteed by the caller.
+        Ok(Self { addr, len })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The sub-range `off..off + len`, or `EINVAL` if it is not inside this one.
+    pub fn sub(&self, off: usize, len: usize) -> Result<Self> {
+        let end = off.checked_add(len).ok_or(EINVAL)?;
+        if end > self.len {
+            return Err(EINVAL);
+        }
+        Ok(Self {
+            addr: self.addr + off,
+            len,
+        })
+    }
+
+    /// Copies `src` into the start of the range.
+    pub fn write(&self, src: &[u8]) -> Result {
+        if src.len() > self.len {
+            return Err(EINVAL);
+        }
+        // SAFETY: By the type invariant the range is valid kernel memory of `len` bytes.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), self.addr as *mut u8, src.len()) };
+        Ok(())
+    }
+
+    /// Copies the start of the range into `dst`.
+    pub fn read(&self, dst: &mut [u8]) -> Result {
+        if dst.len() > self.len {
+            return Err(EINVAL);
+        }
+        // SAFETY: By the type invariant the range is valid kernel memory of `len` bytes.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.addr as *const u8, dst.as_mut_ptr(), dst.len())
+        };
+        Ok(())
+    }
+}
+
+impl<T: Driver> Adapter<T> {
+    fn finish_mr(
+        pd: *mut bindings::ib_pd,
+        res: Result<(impl PinInit<T::Mr, Error>, MrKeys)>,
+    ) -> *mut bindings::ib_mr {
+        let build = || -> Result<*mut bindings::ib_mr> {
+            let (init, keys) = res?;
+            let mr = KBox::pin_init(
+                try_pin_init!(Mr::<T> {
+                    // SAFETY: An all-zero `ib_mr` is what the core expects from drivers; it
+                    // fills in device, pd, type and uobject itself.
+                    ib <- Opaque::ffi_init(|p: *mut bindings::ib_mr| unsafe {
+                        p.write(core::mem::zeroed());
+                        (*p).lkey = keys.lkey;
+                        (*p).rkey = keys.rkey;
+                        (*p).pd = pd;
+                    }),
+                    data <- init,
+                }),
+                GFP_KERNEL,
+            )?;
+            // SAFETY: The box is released to the core as the `ib_mr`; `dereg_mr` takes it back
+            // without moving it.
+            let raw = KBox::into_raw(unsafe { Pin::into_inner_unchecked(mr) });
+            Ok(raw.cast())
+        };
+        match build() {
+            Ok(p) => p,
+            Err(e) => e.to_ptr(),
+        }
+    }
+
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    pub(super) unsafe extern "C" fn get_dma_mr(
+        ibpd: *mut bindings::ib_pd,
+        access: crate::ffi::c_int,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: `ibpd` is a live PD of ours.
+        let pd = unsafe { &*ibpd.cast::<Pd<T>>() };
+        Self::finish_mr(ibpd, T::get_dma_mr(pd, access as u32))
+    }
+
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    pub(super) unsafe extern "C" fn alloc_mr(
+        ibpd: *mut bindings::ib_pd,
+        mr_type: bindings::ib_mr_type,
+        max_num_sg: u32,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: `ibpd` is a live PD of ours.
+        let pd = unsafe { &*ibpd.cast::<Pd<T>>() };
+        let ty = if mr_type == bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
+            MrType::MemReg
+        } else {
+            MrType::Other
+        };
+        Self::finish_mr(ibpd, T::alloc_mr(pd, ty, max_num_sg))
+    }
+
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    pub(super) unsafe extern "C" fn reg_user_mr(
+        _ibpd: *mut bindings::ib_pd,
+        _start: u64,
+        _length: u64,
+        _virt: u64,
+        _access: crate::ffi::c_int,
+        _udata: *mut bindings::ib_udata,
+    ) -> *mut bindings::ib_mr {
+        // User memory registration needs the user verbs ABI, which rsiw does not offer yet.
+        crate::rdma::eopnotsupp().to_ptr()
+    }
+
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    pub(super) unsafe extern "C" fn dereg_mr(
+        ibmr: *mut bindings::ib_mr,
+        _udata: *mut bindings::ib_udata,
+    ) -> crate::ffi::c_int {
+        let mr = ibmr.cast::<Mr<T>>();
+        // SAFETY: `mr` is a live MR of ours.
+        T::dereg_mr(unsafe { &*mr });
+        // SAFETY: The box was leaked in `finish_mr`; the core no longer uses the MR.
+        drop(unsafe { KBox::from_raw(mr) });
+        0
+    }
+
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    pub(super) unsafe extern "C" fn map_mr_sg(
+        ibmr: *mut bindings::ib_mr,
+        sg: *mut bindings::scatterlist,
+        sg_nents: crate::ffi::c_int,
+        sg_offset: *mut crate::ffi::c_uint,
+    ) -> crate::ffi::c_int {
+        // SAFETY: `ibmr` is a live MR of ours.
+        let mr = unsafe { &*ibmr.cast::<Mr<T>>() };
+        if let Err(e) = T::mr_map_begin(mr) {
+            return e.to_errno();
+        }
+        // SAFETY: The consumer passes a valid, DMA-mapped scatterlist; `set_page` only runs
+        // during this call.
+        unsafe { bindings::ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, Some(Self::set_page)) }
+    }
+
+    /// Callback for `ib_sg_to_pages`.
+    ///
+    /// # Safety
+    ///
+    /// Only `ib_sg_to_pages`, called from `map_mr_sg`, calls this, with an MR of ours.
+    unsafe extern "C" fn set_page(ibmr: *mut bindings::ib_mr, addr: u64) -> crate::ffi::c_int {
+        // SAFETY: Called by `ib_sg_to_pages` for an MR of ours.
+        let mr = unsafe { &*ibmr.cast::<Mr<T>>() };
+        match T::mr_set_page(mr, addr) {
+            Ok(()) => 0,
+            Err(e) => e.to_errno(),
+        }
+    }
+}
+
+/// Access flag: local write (`IB_ACCESS_LOCAL_WRITE`).
+pub const ACCESS_LOCAL_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
+/// Access flag: remote write (`IB_ACCESS_REMOTE_WRITE`).
+pub const ACCESS_REMOTE_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE;
+/// Access flag: remote read (`IB_ACCESS_REMOTE_READ`).
+pub const ACCESS_REMOTE_READ: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ;

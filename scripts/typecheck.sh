@@ -12,6 +12,10 @@ export RUSTC_BOOTSTRAP=1
 K=$(kernel_dir)
 R=${RSIW_RUST_DIR:-$RSIW_ROOT/rust}
 [ -f "$K/rust/libkernel.rmeta" ] || die "no built kernel in $K: run 'make kernel'"
+crates=()
+for c in "$@"; do
+	crates+=("$(realpath "$c")")
+done
 T=$(mktemp -d "${TMPDIR:-/tmp}/rsiw-typecheck.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 RUSTC=rustc
@@ -62,10 +66,8 @@ OBJTREE=$K $RUSTC $flags --extern ffi --extern build_error --extern macros \
 progress "kernel crate (with rust/) OK"
 
 features=arbitrary_self_types,lint_reasons,used_with_arg
-crates=("$@")
 ((${#crates[@]})) || crates=("$RSIW_ROOT/drivers/rsiw/rsiw.rs")
 for crate in "${crates[@]}"; do
-	crate=$(realpath "$crate")
 	name=$(basename "$crate" .rs)
 	# shellcheck disable=SC2086
 	RUST_MODFILE=$name $RUSTC $flags -Zallow-features=$features -Zcrate-attr=no_std \

@@ -16,7 +16,7 @@ use kernel::{
     netdev::{self, NetDevice},
     new_mutex, new_spinlock_irq,
     prelude::*,
-    rbtree::RBTree,
+    rbtree::{RBTree, RBTreeNode},
     rdma::{
         device::{
             self as rdma_dev, Device, DeviceAttr, DeviceInfo, DriverId, PortAttr, PortEvent,
@@ -67,9 +67,10 @@ static NEXT_PART_ID: AtomicU32 = AtomicU32::new(0);
 /// Per-device state.
 #[pin_data]
 pub(crate) struct DeviceData {
-    /// Live queue pairs by number, for the connection manager's lookups.
+    /// Live queue pairs by number, for the connection manager's lookups. A spinlock: iw_cm
+    /// looks QPs up with interrupts disabled.
     #[pin]
-    qps: Mutex<QpTable>,
+    qps: SpinLockIrq<QpTable>,
     /// Live memory regions by STag index.
     #[pin]
     pub(crate) stags: SpinLockIrq<StagTable>,
@@ -126,26 +127,27 @@ impl rdma_dev::Driver for Rsiw {
     }
 
     fn qp_created(qp: &Qp<Self>) -> Result {
-        let r = qp.get_ref().ok_or(EINVAL)?;
-        let res = qp
-            .device()
-            .data()
-            .qps
-            .lock()
-            .by_qpn
-            .try_create_and_insert(qp.qpn(), r, GFP_KERNEL)
-            .map(|_| ());
+        let res = qp.get_ref().ok_or(EINVAL).and_then(|r| {
+            // Allocate the node before taking the (spin) lock.
+            let node = RBTreeNode::new(qp.qpn(), r, GFP_KERNEL)?;
+            let old = qp.device().data().qps.lock().by_qpn.insert(node);
+            // `create_qp` picked a free number under the same lock discipline; a clash would be a
+            // driver bug, and dropping the old entry only releases a reference.
+            drop(old);
+            Ok(())
+        });
         if res.is_err() {
             qp.device().data().num_qp.fetch_sub(1, Ordering::AcqRel);
         }
-        res.map_err(|_| ENOMEM)
+        res
     }
 
     fn destroy_qp(qp: &Qp<Self>) {
         qp::destroy(qp);
         let dev = qp.device();
-        // Dropping the table's reference lets destruction complete.
-        drop(dev.data().qps.lock().by_qpn.remove(&qp.qpn()));
+        // Dropping the table's reference (outside the lock) lets destruction complete.
+        let entry = dev.data().qps.lock().by_qpn.remove(&qp.qpn());
+        drop(entry);
         dev.data().num_qp.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -387,7 +389,7 @@ impl LinkHandler for Links {
         };
         let stag_table = StagTable::new()?;
         let data = try_pin_init!(DeviceData {
-            qps <- new_mutex!(
+            qps <- new_spinlock_irq!(
                 QpTable {
                     by_qpn: RBTree::new(),
                     next_qpn: 2,

@@ -24,7 +24,8 @@ use kernel::{
 
 /// Most memory regions per device (the STag table's size).
 pub(crate) const MAX_MR: u32 = 1 << 16;
-/// Most pages one fast-registration MR maps.
+/// Most scatter/gather entries one fast-registration MR maps. As in C siw (and as ULPs size
+/// their MRs), an entry is a run of contiguous pages: `map_mr_sg` merges adjacent pages.
 pub(crate) const MAX_FRWR_PAGES: u32 = 512;
 
 /// What an MR covers.
@@ -40,8 +41,9 @@ struct MrState {
     key: u8,
     valid: bool,
     access: u32,
-    pages: KVVec<u64>,
-    npages: usize,
+    /// Runs of contiguous pages: (DMA address, length).
+    runs: KVVec<(u64, u64)>,
+    nruns: usize,
     iova: u64,
     length: u64,
     page_size: u32,
@@ -177,7 +179,7 @@ fn new_mr(
     max_pages: u32,
 ) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
     let dev = pd.device();
-    let pages = KVVec::from_elem(0u64, max_pages as usize, GFP_KERNEL)?;
+    let runs = KVVec::from_elem((0u64, 0u64), max_pages as usize, GFP_KERNEL)?;
     let mut table = dev.data().stags.lock();
     let index = table.free_index().ok_or(ENOSPC)?;
     let valid = kind == Kind::Dma;
@@ -191,8 +193,8 @@ fn new_mr(
                     key: 0,
                     valid,
                     access,
-                    pages,
-                    npages: 0,
+                    runs,
+                    nruns: 0,
                     iova: 0,
                     length: 0,
                     page_size: 0,
@@ -224,7 +226,7 @@ pub(crate) fn get_dma_mr(
     new_mr(pd, Kind::Dma, access, 0)
 }
 
-/// `alloc_mr`: a fast-registration region of up to `max_num_sg` pages.
+/// `alloc_mr`: a fast-registration region of up to `max_num_sg` runs of pages.
 pub(crate) fn alloc_mr(
     pd: &Pd<Rsiw>,
     ty: MrType,
@@ -256,17 +258,24 @@ pub(crate) fn map_begin(mr: &Mr<Rsiw>) -> Result {
         // A valid region must be invalidated before it is mapped again.
         return Err(EINVAL);
     }
-    st.npages = 0;
+    st.nruns = 0;
     Ok(())
 }
 
-/// `map_mr_sg` adds a page.
+/// `map_mr_sg` adds a page, merging it into the previous run when contiguous.
 pub(crate) fn set_page(mr: &Mr<Rsiw>, addr: u64) -> Result {
+    let page_size = u64::from(mr.mapping().2);
     let mut st = mr.data().shared.state.lock();
-    let n = st.npages;
-    let slot = st.pages.get_mut(n).ok_or(ENOMEM)?;
-    *slot = addr;
-    st.npages = n + 1;
+    let n = st.nruns;
+    if let Some(last) = n.checked_sub(1).and_then(|i| st.runs.get_mut(i)) {
+        if last.0.checked_add(last.1) == Some(addr) {
+            last.1 = last.1.checked_add(page_size).ok_or(EINVAL)?;
+            return Ok(());
+        }
+    }
+    let slot = st.runs.get_mut(n).ok_or(ENOMEM)?;
+    *slot = (addr, page_size);
+    st.nruns = n + 1;
     Ok(())
 }
 
@@ -281,10 +290,18 @@ pub(crate) fn register(mr: &Mr<Rsiw>, key: u32, access: u32) -> Result {
     if st.valid {
         return Err(EINVAL);
     }
-    let covered = (st.npages as u64)
-        .checked_mul(u64::from(page_size))
+    // The region starts `iova % page_size` bytes into the first page and must fit the runs.
+    let covered = st
+        .runs
+        .iter()
+        .take(st.nruns)
+        .try_fold(0u64, |acc, r| acc.checked_add(r.1))
         .ok_or(EINVAL)?;
-    if page_size == 0 || length > covered {
+    if page_size == 0 {
+        return Err(EINVAL);
+    }
+    let lead = iova % u64::from(page_size);
+    if lead.checked_add(length).ok_or(EINVAL)? > covered {
         return Err(EINVAL);
     }
     st.key = key as u8;

@@ -156,19 +156,39 @@ impl WcStatus {
     }
 }
 
-/// The operation a work completion reports (`enum ib_wc_opcode`).
+/// The operation a work completion reports (`enum ib_wc_opcode`), for providers and consumers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[allow(missing_docs)] // Each variant is the `IB_WC_*` opcode of the same name.
 pub enum WcOpcode {
+    /// A send (any kind).
     Send,
+    /// An RDMA Write.
     RdmaWrite,
+    /// An RDMA Read (with or without invalidate).
     RdmaRead,
+    /// A local invalidate.
     LocalInv,
+    /// A memory registration.
     RegMr,
+    /// A receive.
     Recv,
+    /// Any other opcode (an `IB_WC_*` value).
+    Other(u32),
 }
 
 impl WcOpcode {
+    /// The opcode of a raw `enum ib_wc_opcode` value.
+    pub fn from_raw(raw: bindings::ib_wc_opcode) -> Self {
+        match raw {
+            bindings::ib_wc_opcode_IB_WC_SEND => WcOpcode::Send,
+            bindings::ib_wc_opcode_IB_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+            bindings::ib_wc_opcode_IB_WC_RDMA_READ => WcOpcode::RdmaRead,
+            bindings::ib_wc_opcode_IB_WC_LOCAL_INV => WcOpcode::LocalInv,
+            bindings::ib_wc_opcode_IB_WC_REG_MR => WcOpcode::RegMr,
+            bindings::ib_wc_opcode_IB_WC_RECV => WcOpcode::Recv,
+            other => WcOpcode::Other(other),
+        }
+    }
+
     fn to_raw(self) -> bindings::ib_wc_opcode {
         match self {
             WcOpcode::Send => bindings::ib_wc_opcode_IB_WC_SEND,
@@ -177,6 +197,7 @@ impl WcOpcode {
             WcOpcode::LocalInv => bindings::ib_wc_opcode_IB_WC_LOCAL_INV,
             WcOpcode::RegMr => bindings::ib_wc_opcode_IB_WC_REG_MR,
             WcOpcode::Recv => bindings::ib_wc_opcode_IB_WC_RECV,
+            WcOpcode::Other(raw) => raw,
         }
     }
 }

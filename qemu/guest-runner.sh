@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Runs inside the VM: each selftest in turn, collecting what the host needs to
+# judge it. Started by qemu/run-tests.sh; not meant to be run on the host.
+#
+#   guest-runner.sh RESULTS TEST.sh...
+#
+# For each test NAME it writes, in RESULTS/NAME/:
+#   started       when the test begins (the host's per-test timeout starts)
+#   output.tap    the test's stdout and stderr
+#   dmesg.txt     the kernel log from the test's start marker on, after a
+#                 kmemleak scan
+#   kmemleak.txt  what that scan reported (empty when nothing leaked)
+#   taint         /proc/sys/kernel/tainted before and after
+#   leftover.txt  processes, RDMA links, netdevs and modules the test left
+#                 behind (they are removed so the next test starts clean)
+#   ended         when the checks after the test were done
+#   exit          the test's exit status, 124 when it timed out; written last
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=vm.sh
+. "$(dirname "$0")/vm.sh"
+
+results=$1
+shift
+kmemleak=/sys/kernel/debug/kmemleak
+# kmemleak never reports an object younger than 5 s: wait that long before
+# the scans that close a test, so its late leaks are not blamed on the next.
+KMEMLEAK_MIN_AGE=${KMEMLEAK_MIN_AGE:-5}
+
+kmsg() { echo "rsiw-selftest: $*" >/dev/kmsg; }
+
+kmemleak_scan() { # OUT: scan, save the report, forget it (so it is reported once)
+	if [ -w "$kmemleak" ]; then
+		# Two scans: the first only notes a new object's checksum; an object
+		# is reported when a later scan finds it unreferenced and unchanged.
+		echo scan >"$kmemleak"
+		echo scan >"$kmemleak"
+		cat "$kmemleak" >"$1"
+		echo clear >"$kmemleak"
+	else
+		echo "kmemleak unavailable ($kmemleak not writable)" >"$1"
+	fi
+}
+
+netdevs() { ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | sort; }
+rdma_links() { ls /sys/class/infiniband 2>/dev/null; }
+rdma_modules() { lsmod | awk '$1 == "rsiw" || $1 == "siw" { print $1 }'; }
+
+leftovers() { # NETDEVS_BEFORE OUT SESSION: report and remove what the test left behind
+	local dev mod pid
+	: >"$2"
+	for dev in $(rdma_links); do
+		echo "rdma device $dev" >>"$2"
+		rdma link delete "$dev" >>"$2" 2>&1
+	done
+	for dev in $(comm -13 "$1" <(netdevs)); do
+		echo "netdev $dev" >>"$2"
+		ip link delete "$dev" >>"$2" 2>&1
+	done
+	for pid in $(ps -o pid= -s "$3" 2>/dev/null); do
+		echo "process $(ps -o pid=,stat=,args= -p "$pid")" >>"$2"
+		kill -KILL "$pid" 2>/dev/null
+	done
+	for mod in $(rdma_modules); do
+		echo "module $mod" >>"$2"
+		rmmod "$mod" >>"$2" 2>&1
+	done
+}
+
+mount | grep -q ' /sys/kernel/debug ' || mount -t debugfs debugfs /sys/kernel/debug
+# No udevd: for every RDMA device it runs rdma-core's rules (a fork and exec
+# of rdma_rename), which under TCG takes long enough to lag behind a test by
+# minutes and shows up as slab noise; devtmpfs makes the device nodes anyway.
+if command -v udevadm >/dev/null; then
+	udevadm settle --timeout=60
+	udevadm control --exit
+fi
+echo 60 >/proc/sys/kernel/hung_task_timeout_secs 2>/dev/null
+# Boot-time leak suspects are not any test's fault.
+kmemleak_scan "$results/boot-kmemleak.txt"
+dmesg >"$results/boot-dmesg.txt"
+uname -r >"$results/kernel"
+
+for test in "$@"; do
+	name=$(basename "$test" .sh)
+	dir=$results/$name
+	mkdir -p "$dir"
+	netdevs >"$dir/.netdevs"
+	tainted_before=$(cat /proc/sys/kernel/tainted)
+	echo "guest-runner: begin $name"
+	marker="begin $name $(date +%s%N)"
+	kmsg "$marker"
+	date +%s >"$dir/started"
+	sync
+	# In a session of its own (this script leads no process group, so setsid
+	# does not fork): whatever the test started and left running can be found.
+	setsid timeout -k 10 "$(vm_test_timeout "$test")" bash "$test" >"$dir/output.tap" 2>&1 &
+	session=$!
+	wait $session
+	rc=$?
+	echo "guest-runner: end $name rc=$rc"
+	kmsg "end $name rc=$rc"
+	leftovers "$dir/.netdevs" "$dir/leftover.txt" $session
+	rm -f "$dir/.netdevs"
+	sleep "$KMEMLEAK_MIN_AGE"
+	kmemleak_scan "$dir/kmemleak.txt"
+	dmesg | sed -n "/rsiw-selftest: $marker\$/,\$p" >"$dir/dmesg.txt"
+	echo "$tainted_before $(cat /proc/sys/kernel/tainted)" >"$dir/taint"
+	date +%s >"$dir/ended"
+	sync
+	echo "$rc" >"$dir/exit"
+	sync
+done

@@ -1,0 +1,293 @@
+#!/usr/bin/env bash
+# make vm-check: boot the built kernel once under virtme-ng (TCG) and run the
+# selected selftests/*.sh in it, one after another, judging each on its TAP
+# output, its exit status and the kernel log it caused.
+#
+#   qemu/run-tests.sh                  every selftest matching $TESTS (default *)
+#   qemu/run-tests.sh --check-matcher  host-only check of the splat matcher
+#
+# Prints TAP; each test's own TAP is shown as an indented subtest. The last
+# line is "vm: N passed, M failed", counting test files. Exits non-zero on any
+# failure. Logs stay in results/<run>/ (results/latest points at the newest).
+# Environment: TESTS (glob on the test name without .sh), RSIW_MODULE,
+# RSIW_LINK_TYPE and RSIW_KO (passed to the tests), SELFTESTS_DIR (where the
+# tests are, default selftests/), VM_BOOT_TIMEOUT (s, default 300),
+# VM_TEST_SLACK (s a test may overrun its own timeout before the VM is
+# killed, default 120), VM_TOTAL_TIMEOUT (s, default: boot + the sum of the
+# tests' timeouts and slacks).
+# See Documentation/rsiw/testing.rst.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=vm.sh
+. "$(dirname "$0")/vm.sh"
+cd "$RSIW_ROOT" || exit
+
+passed=0 failed=0
+result() { # ok|not-ok NUMBER NAME [DIAGNOSTIC]...
+	local verdict=$1 n=$2 name=$3
+	shift 3
+	if [ "$verdict" = ok ]; then
+		echo "ok $n $name"
+		passed=$((passed + 1))
+	else
+		echo "not ok $n $name"
+		failed=$((failed + 1))
+	fi
+	local d
+	for d in "$@"; do
+		printf '# %s\n' "${d//$'\n'/$'\n'# }"
+	done
+}
+
+finish() {
+	echo "vm: $passed passed, $failed failed"
+	[ "$failed" = 0 ] && [ "$passed" -gt 0 ]
+	exit
+}
+
+# Canned kernel logs: what the matcher must flag and what it must let pass.
+check_matcher() {
+	local n=0 bad=0 line
+	local positive=(
+		'[   12.345678] WARNING: CPU: 1 PID: 230 at drivers/rsiw/device.rs:88 rsiw_newlink+0x1c/0x40 [rsiw]'
+		'[   12.345678] ------------[ cut here ]------------'
+		'[    3.100000] BUG: kernel NULL pointer dereference, address: 0000000000000008'
+		'[    3.100000] BUG: sleeping function called from invalid context at kernel/locking/mutex.c:585'
+		'[    3.100000] BUG kmalloc-64 (Tainted: G           O      ): Redzone overwritten'
+		'[    3.100000] kernel BUG at drivers/infiniband/core/device.c:1400!'
+		'[    3.100000] Oops: general protection fault, probably for non-canonical address 0xdead000000000100: 0000 [#1] PREEMPT SMP'
+		'[    3.100000] Oops: 0000 [#1] PREEMPT SMP NOPTI'
+		'[    3.100000] general protection fault: 0000 [#1] SMP'
+		'[    3.100000] unreferenced object 0xffff888003d4f200 (size 64):'
+		'[    3.100000] kmemleak: 2 new suspected memory leaks (see /sys/kernel/debug/kmemleak)'
+		'[    3.100000] WARNING: possible circular locking dependency detected'
+		'[    3.100000] WARNING: inconsistent lock state'
+		'[    3.100000] WARNING: possible recursive locking detected'
+		'[    3.100000] WARNING: suspicious RCU usage'
+		'[    3.100000] INFO: task rdma:311 blocked for more than 61 seconds.'
+		'[    3.100000] rcu: INFO: rcu_preempt self-detected stall on CPU'
+		'[    3.100000] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [kworker/0:1:12]'
+		'[    3.100000] rust_kernel: panicked at drivers/rsiw/qp.rs:120:9:'
+		'[    3.100000]  rust_panic+0x2c/0x30'
+		'[    3.100000] refcount_t: underflow; use-after-free.'
+		'[    3.100000] list_add corruption. prev->next should be next (ffff888004a0c3a8), but was 0000000000000000.'
+		'[    3.100000] list_del corruption, ffff888004a0c3a8->next is LIST_POISON1 (dead000000000100)'
+		'[    3.100000] UBSAN: array-index-out-of-bounds in drivers/infiniband/sw/siw/siw_qp_rx.c:100:5'
+		'[    3.100000] BUG: KASAN: slab-use-after-free in siw_qp_llp_data_ready+0x30/0x60'
+		'[    3.100000] Call Trace:'
+		'[    3.100000] Kernel panic - not syncing: Fatal exception'
+	)
+	local negative=(
+		'[    3.100000] rsiw-selftest: begin link-basic 1700000000123456789'
+		'[    3.100000] rsiw-selftest: end bad-input rc=0'
+		'[    3.100000] rsiw: rsiw0: netdev lo is not an Ethernet device'
+		'[    3.100000] rsiw: rsiw0: rsiwd0 already has an RDMA link'
+		'[    3.100000] siw: device registration error -23'
+		'[    3.100000] SoftiWARP attached'
+		'[    3.100000] dummy: loading out-of-tree module taints kernel.'
+		'[    3.100000] IPv6: ADDRCONF(NETDEV_CHANGE): rsiwv0: link becomes ready'
+		'[    3.100000] kmemleak: Automatic memory scanning thread ended'
+		'[    3.100000] debugfs: Directory '"'"'rsiw0'"'"' with parent '"'"'rsiw'"'"' already present!'
+	)
+	local f
+	f=$(mktemp)
+	for line in "${positive[@]}"; do
+		n=$((n + 1))
+		printf '%s\n' "$line" >"$f"
+		if vm_splat_lines "$f" >/dev/null; then
+			echo "ok $n - flags: ${line:15:60}"
+		else
+			echo "not ok $n - flags: ${line:15:60}"
+			bad=$((bad + 1))
+		fi
+	done
+	for line in "${negative[@]}"; do
+		n=$((n + 1))
+		printf '%s\n' "$line" >"$f"
+		if vm_splat_lines "$f" >/dev/null; then
+			echo "not ok $n - passes: ${line:15:60}"
+			bad=$((bad + 1))
+		else
+			echo "ok $n - passes: ${line:15:60}"
+		fi
+	done
+	# Taint: W newly set is bad, O (12, out-of-tree module) is not.
+	n=$((n + 1))
+	if [ "$(vm_new_taint 4096 $((4096 | 512)))" = 9 ] && ! vm_new_taint 0 4096 >/dev/null; then
+		echo "ok $n - taint W flagged, taint O not"
+	else
+		echo "not ok $n - taint W flagged, taint O not"
+		bad=$((bad + 1))
+	fi
+	rm -f "$f"
+	echo "1..$n"
+	echo "matcher: $((n - bad)) passed, $bad failed"
+	[ "$bad" = 0 ]
+}
+
+if [ "${1:-}" = --check-matcher ]; then
+	check_matcher
+	exit
+fi
+
+# judge NUMBER NAME DIR: print the verdict of a test that finished in the VM.
+judge() {
+	local n=$1 name=$2 dir=$3 diags=() rc out splat leak taint left nok plan count
+	rc=$(cat "$dir/exit")
+	out=$dir/output.tap
+	echo "# Subtest: $name"
+	sed 's/^/    /' "$out"
+	echo "# $name took $(($(cat "$dir/ended") - $(cat "$dir/started")))s"
+	[ "$rc" = 0 ] || diags+=("exit status $rc$([ "$rc" = 124 ] && echo " (timed out after $(vm_test_timeout "$SELFTESTS_DIR/$name.sh")s)")")
+	nok=$(grep -cE '^not ok ' "$out")
+	plan=$(sed -nE 's/^1\.\.([0-9]+)$/\1/p' "$out" | tail -n 1)
+	count=$(grep -cE '^(not )?ok ' "$out")
+	[ "$nok" = 0 ] || diags+=("$nok subtest(s) failed")
+	grep -q '^Bail out!' "$out" && diags+=("$(grep -m1 '^Bail out!' "$out")")
+	if [ -z "$plan" ]; then
+		diags+=("no TAP plan (1..N) in the output")
+	elif [ "$plan" != "$count" ]; then
+		diags+=("planned $plan subtests, ran $count")
+	fi
+	if splat=$(vm_splat_lines "$dir/dmesg.txt"); then
+		diags+=("kernel splat during the test (full log: $dir/dmesg.txt):" "$(head -n 20 <<<"$splat")")
+	fi
+	if [ -s "$dir/kmemleak.txt" ]; then
+		leak=$(grep -c '^unreferenced object' "$dir/kmemleak.txt")
+		diags+=("kmemleak: $leak leak(s) (see $dir/kmemleak.txt):" "$(head -n 12 "$dir/kmemleak.txt")")
+	fi
+	# shellcheck disable=SC2046
+	if taint=$(vm_new_taint $(cat "$dir/taint")); then
+		diags+=("kernel taint bits newly set: ${taint//$'\n'/ }")
+	fi
+	if [ -s "$dir/leftover.txt" ]; then
+		left=$(cat "$dir/leftover.txt")
+		diags+=("left behind (now removed):" "$left")
+	fi
+	if ((${#diags[@]})); then
+		result not-ok "$n" "$name" "${diags[@]}"
+	else
+		result ok "$n" "$name"
+	fi
+}
+
+SELFTESTS_DIR=$(cd "${SELFTESTS_DIR:-selftests}" && pwd)
+tests=()
+for t in "$SELFTESTS_DIR"/*.sh; do
+	name=$(basename "$t" .sh)
+	# lib.sh is the test library; host-*.sh run on the host, not here.
+	case $name in lib | host-*) continue ;; esac
+	# shellcheck disable=SC2053
+	[[ $name == ${TESTS:-*} ]] && tests+=("$t")
+done
+
+echo "TAP version 13"
+if ((${#tests[@]} == 0)); then
+	echo "1..1"
+	result not-ok 1 "selection" "no selftest in $SELFTESTS_DIR matches TESTS='${TESTS:-*}'"
+	finish
+fi
+echo "1..${#tests[@]}"
+
+if ! kdir=$(vm_kernel_dir); then
+	for i in "${!tests[@]}"; do
+		result not-ok $((i + 1)) "$(basename "${tests[$i]}" .sh)" "no built kernel"
+	done
+	finish
+fi
+
+run=results/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$run"
+run=$(cd "$run" && pwd)
+ln -sfn "$(basename "$run")" results/latest
+
+boot_timeout=${VM_BOOT_TIMEOUT:-300}
+# After a test, the guest waits for kmemleak and scans: allow that much more.
+slack=${VM_TEST_SLACK:-120}
+total=$boot_timeout
+for t in "${tests[@]}"; do
+	total=$((total + $(vm_test_timeout "$t") + slack))
+done
+total=${VM_TOTAL_TIMEOUT:-$total}
+
+echo "# vm: $(basename "$kdir"), TCG, $VM_CPUS cpus, $VM_MEMORY; ${#tests[@]} test(s); module ${RSIW_MODULE:-rsiw}, link type ${RSIW_LINK_TYPE:-rsiw}; logs in ${run#"$RSIW_ROOT"/}"
+env_args=()
+for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO; do
+	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
+done
+start=$(date +%s)
+vm_start "$run/console.log" --rwdir "$run" -- \
+	env "${env_args[@]}" "$RSIW_ROOT/qemu/guest-runner.sh" "$run" "${tests[@]}"
+trap 'vm_stop; exit 130' INT TERM
+
+# Follow the guest through the results directory: each test's "started" and
+# "exit" files. Kill the VM when a test or the whole run takes too long.
+i=0 reason="" seen=-1
+phase_start=$start
+while ((i < ${#tests[@]})); do
+	t=${tests[$i]}
+	name=$(basename "$t" .sh)
+	dir=$run/$name
+	now=$(date +%s)
+	if [ -f "$dir/exit" ]; then
+		judge $((i + 1)) "$name" "$dir"
+		i=$((i + 1))
+		phase_start=$now
+		continue
+	fi
+	if [ -f "$dir/started" ]; then
+		limit=$(($(vm_test_timeout "$t") + slack))
+		what="$name did not finish within ${limit}s"
+	elif ((i == 0)); then
+		limit=$boot_timeout
+		what="the VM did not boot and start the first test within ${limit}s"
+	else
+		limit=$slack
+		what="$name did not start within ${limit}s of the previous test"
+	fi
+	if ((now - phase_start > limit)); then
+		reason=$what
+	elif ((now - start > total)); then
+		reason="the whole run exceeded ${total}s"
+	elif ! vm_alive; then
+		# The guest may finish writing just as it exits.
+		sleep 1
+		[ -f "$dir/exit" ] && continue
+		reason="the VM exited (crash or panic?) before $name finished"
+	fi
+	if [ -n "$reason" ]; then
+		break
+	fi
+	if [ -f "$dir/started" ] && ((seen < i)); then
+		seen=$i
+		phase_start=$now
+	fi
+	sleep 1
+done
+
+if [ -n "$reason" ]; then
+	vm_alive && reason+="; VM killed"
+	vm_stop
+	name=$(basename "${tests[$i]}" .sh)
+	# The console from the test's start on (the guest runner announces it).
+	console=$(sed -n "/^guest-runner: begin $name\$/,\$p" "$run/console.log" | tail -n 40)
+	[ -n "$console" ] || console=$(grep -v '^\s*$' "$run/console.log" | tail -n 30)
+	for ((j = i; j < ${#tests[@]}; j++)); do
+		name=$(basename "${tests[$j]}" .sh)
+		if ((j == i)); then
+			[ -f "$run/$name/output.tap" ] && { echo "# Subtest: $name"; sed 's/^/    /' "$run/$name/output.tap"; }
+			result not-ok $((j + 1)) "$name" "$reason" "console (full: $run/console.log):" "$console"
+		else
+			result not-ok $((j + 1)) "$name" "not run: $reason"
+		fi
+	done
+else
+	# The guest powers off once the runner is done.
+	for ((j = 0; j < 60; j++)); do
+		vm_alive || break
+		sleep 1
+	done
+	vm_stop
+fi
+trap - INT TERM
+echo "# vm: run took $(($(date +%s) - start))s"
+finish

@@ -1,0 +1,207 @@
+# Shared helpers for booting rsiw's kernel with virtme-ng. Sourced, not run.
+#
+# The guest sees the host's root filesystem read-only (so this checkout is at
+# the same path inside), runs under TCG (a nested KVM guest hangs on the CI
+# machines) and gets read-write access only to the directories passed with
+# --rwdir. See Documentation/rsiw/testing.rst.
+# shellcheck shell=bash
+
+# shellcheck source-path=SCRIPTDIR source=../scripts/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
+
+VM_CPUS=${VM_CPUS:-2}
+VM_MEMORY=${VM_MEMORY:-2G}
+
+# Kernel command line for every boot:
+#   loglevel=4           only warnings and worse reach the (slow, emulated)
+#                        serial console; the ring buffer still has everything
+#   log_buf_len=8M       a long test's dmesg must not wrap before it is read
+#   kmemleak.verbose=1   a scan prints each leak ("unreferenced object ...")
+#   slab_nomerge         one slab cache per kmem_cache, so slab growth points
+#                        at the cache that leaks
+#   hung_task_timeout_secs=60  "INFO: task ... blocked" well within a test
+VM_APPEND=(loglevel=4 log_buf_len=8M kmemleak.verbose=1 slab_nomerge hung_task_timeout_secs=60)
+
+# The built kernel tree; fails when it has no bzImage yet.
+vm_kernel_dir() {
+	local kdir
+	kdir=$(kernel_dir)
+	[ -f "$kdir/arch/x86/boot/bzImage" ] || {
+		echo "vm: no built kernel in $kdir (run 'make kernel')" >&2
+		return 1
+	}
+	echo "$kdir"
+}
+
+# vm_vng_args ARRAY [--rwdir DIR]... [--verbose]: store in ARRAY the vng options
+# that boot the built kernel, without the command to run.
+vm_vng_args() {
+	local -n _out=$1
+	shift
+	local kdir a
+	kdir=$(vm_kernel_dir) || return 1
+	_out=(--run "$kdir" --disable-kvm --cpus "$VM_CPUS" --memory "$VM_MEMORY"
+		--cwd "$RSIW_ROOT" --name rsiw-vm)
+	for a in "${VM_APPEND[@]}"; do
+		_out+=(--append "$a")
+	done
+	while (($#)); do
+		case $1 in
+		--rwdir) _out+=(--rwdir "$2"); shift 2 ;;
+		--verbose) _out+=(--verbose); shift ;;
+		*) echo "vm_vng_args: unknown option $1" >&2; return 1 ;;
+		esac
+	done
+}
+
+# vm_exec [--rwdir DIR]... [--verbose] [--] COMMAND [ARG]...: boot the built
+# kernel, run COMMAND with its arguments inside the guest (as root, in the
+# repository root), power off. Returns the command's exit status (255 when the
+# guest died first). With no COMMAND, starts an interactive shell.
+vm_exec() {
+	local opts=() args=()
+	while (($#)); do
+		case $1 in
+		--rwdir) opts+=("$1" "$2"); shift 2 ;;
+		--verbose) opts+=("$1"); shift ;;
+		--) shift; break ;;
+		*) break ;;
+		esac
+	done
+	vm_vng_args args "${opts[@]}" || return 1
+	if (($#)); then
+		vng "${args[@]}" --exec "$(vm_quote "$@")"
+	else
+		vng "${args[@]}"
+	fi
+}
+
+# vm_start LOG [--rwdir DIR]... [--] COMMAND [ARG]...: like vm_exec, but in the
+# background, in a session of its own, with the kernel console and the
+# command's output going to LOG. Sets VM_PID, which is also the id of the
+# session and process group that vm_stop kills. Call it from a script, not an
+# interactive shell: there a background job does not lead a process group, so
+# setsid makes vng itself the leader instead of forking first.
+vm_start() {
+	local log=$1 opts=() args=()
+	shift
+	while (($#)); do
+		case $1 in
+		--rwdir) opts+=("$1" "$2"); shift 2 ;;
+		--) shift; break ;;
+		*) break ;;
+		esac
+	done
+	vm_vng_args args --verbose "${opts[@]}" || return 1
+	# Through a pipe: qemu reopens /proc/self/fd/1 and 2, which for a regular
+	# file means two offsets into one file, overwriting each other.
+	setsid vng "${args[@]}" --exec "$(vm_quote "$@")" </dev/null > >(cat >"$log") 2>&1 &
+	VM_PID=$!
+}
+
+# vm_alive: whether the VM started by vm_start still runs (an exited, not yet
+# reaped vng is a zombie, which kill -0 would still find).
+vm_alive() {
+	local stat
+	[ -n "${VM_PID:-}" ] && stat=$(cat "/proc/$VM_PID/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[ "${stat%% *}" != Z ]
+}
+
+# vm_stop: kill the VM started by vm_start (vng and its qemu), then reap it.
+vm_stop() {
+	[ -n "${VM_PID:-}" ] || return 0
+	kill -TERM -- "-$VM_PID" 2>/dev/null
+	local _
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		vm_alive || break
+		sleep 0.5
+	done
+	kill -KILL -- "-$VM_PID" 2>/dev/null
+	wait "$VM_PID" 2>/dev/null
+	VM_PID=
+}
+
+# vm_quote ARG...: one shell command line that runs ARG... as given.
+vm_quote() {
+	local out='' a
+	for a in "$@"; do
+		out+="$(printf '%q' "$a") "
+	done
+	echo "${out% }"
+}
+
+# vm_test_timeout FILE: the seconds a selftest may run, from a "# timeout: N"
+# line among its first 20 lines; 300 without one.
+vm_test_timeout() {
+	local t
+	t=$(head -n 20 "$1" | sed -nE 's/^# timeout: *([0-9]+) *$/\1/p' | head -n 1)
+	echo "${t:-300}"
+}
+
+# Kernel log lines that fail the test during which they appear. Extended
+# regular expressions, one per line. See Documentation/rsiw/testing.rst.
+VM_SPLAT_PATTERNS='WARNING:
+-----*\[ cut here \]
+(^|[^A-Za-z_])BUG[: ]
+kernel BUG at
+Oops
+general protection fault
+Kernel panic
+Unable to handle kernel
+invalid opcode:
+stack segment:
+double fault
+Call Trace:
+KASAN:
+UBSAN:
+KFENCE:
+unreferenced object
+new suspected memory leak
+possible circular locking
+inconsistent lock state
+possible recursive locking
+suspicious RCU usage
+possible irq lock inversion
+bad unlock balance
+held lock freed
+lock held when returning to user space
+lock held at task exit
+INFO: task .* blocked for more than
+detected stall
+soft lockup
+hard LOCKUP
+rust_panic
+panicked at
+refcount_t:
+list_add corruption
+list_del corruption
+[Cc]orruption
+Poison overwritten
+Redzone overwritten
+Object already free
+Freepointer corrupt
+Padding overwritten'
+
+# vm_splat_lines FILE: print FILE's lines that match a splat pattern (ignoring
+# the selftest runner's own "rsiw-selftest:" markers). Status 0 if any did.
+vm_splat_lines() {
+	grep -v 'rsiw-selftest:' "$1" | grep -E -f <(printf '%s\n' "$VM_SPLAT_PATTERNS")
+}
+
+# Taint flags (bit numbers) that a test must not set: B bad page (5), D died
+# (7), W warning (9), L soft lockup (14).
+VM_BAD_TAINT_BITS=(5 7 9 14)
+
+# vm_new_taint BEFORE AFTER: print the bad taint bits set in AFTER but not in
+# BEFORE (both /proc/sys/kernel/tainted values). Status 0 if there are any.
+vm_new_taint() {
+	local b found=1
+	for b in "${VM_BAD_TAINT_BITS[@]}"; do
+		if (((${2:-0} >> b) & 1)) && ! (((${1:-0} >> b) & 1)); then
+			echo "$b"
+			found=0
+		fi
+	done
+	return $found
+}

@@ -1,0 +1,486 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rsiw_ulp: a kernel test ULP for RDMA providers (rsiw, and the C siw as the reference).
+//!
+//! It uses only the RDMA CM and kernel verbs, through `kernel::rdma::consumer`, as kernel ULPs
+//! (NVMe-oF, NFS/RDMA) do, and checks every byte it moves. It is driven through debugfs:
+//!
+//! ```text
+//! echo "server addr=198.18.0.1 port=20886" > /sys/kernel/debug/rsiw_ulp/ctl
+//! echo "client addr=198.18.0.1 port=20886 test=all" > /sys/kernel/debug/rsiw_ulp/ctl
+//! echo "client addr=198.18.0.1 port=20886 test=write size=65537 sge=6 qps=64 signaled=0" > ctl
+//! echo "bench addr=198.18.0.1 port=20886 op=write size=65536 secs=5" > ctl
+//! echo "stop" > ctl; echo "clear" > ctl
+//! cat /sys/kernel/debug/rsiw_ulp/result    # "ok N - ..." / "not ok N - ... # why", bench lines
+//! cat /sys/kernel/debug/rsiw_ulp/status    # servers and their counters
+//! ```
+//!
+//! A client command runs in the writing process and returns when its tests are done; the write
+//! fails with `EIO` if any failed. See Documentation/rsiw/testing.rst.
+
+#![deny(unsafe_code)]
+
+mod client;
+mod proto;
+mod region;
+mod server;
+
+use client::{BenchOp, Conn, ConnOpts, Fail, Params, TResult};
+use core::fmt::Write;
+use kernel::{
+    c_str,
+    debugfs::{Dir, FileHandler},
+    new_mutex,
+    prelude::*,
+    rdma::consumer::{cm::SockAddrV4, qp::SendFlags, workqueue::OwnedQueue},
+    str::CStr,
+    sync::{Arc, Mutex},
+};
+use server::Server;
+
+module! {
+    type: RsiwUlp,
+    name: "rsiw_ulp",
+    author: "rsiw developers",
+    description: "Test ULP for RDMA providers: rdma_cm and kernel verbs with data verification",
+    license: "GPL",
+}
+
+/// How the ULP names itself to the RDMA core (`rdma resource show`).
+pub(crate) const OWNER: &CStr = c_str!("rsiw_ulp");
+
+/// The largest data region a request may ask for.
+pub(crate) const MAX_SIZE: usize = 16 << 20;
+
+/// The default sizes of the functional tests.
+const SIZES: [usize; 6] = [0, 1, 4095, 4096, 65537, 4 << 20];
+
+/// The module: its debugfs directory and state.
+struct RsiwUlp {
+    dir: Option<Dir>,
+    ulp: Arc<Ulp>,
+}
+
+/// The ULP's state.
+#[pin_data]
+struct Ulp {
+    queue: Arc<OwnedQueue>,
+    /// Running servers.
+    #[pin]
+    servers: Mutex<KVec<Server>>,
+    /// The result log and the number of the last test.
+    #[pin]
+    log: Mutex<(KVec<u8>, u64)>,
+}
+
+/// A `fmt::Write` into a byte vector.
+struct Text<'a>(&'a mut KVec<u8>);
+
+impl Write for Text<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.0
+            .extend_from_slice(s.as_bytes(), GFP_KERNEL)
+            .map_err(|_| core::fmt::Error)
+    }
+}
+
+/// The `ctl` file.
+struct Ctl(Arc<Ulp>);
+/// The `result` file.
+struct ResultFile(Arc<Ulp>);
+/// The `status` file.
+struct StatusFile(Arc<Ulp>);
+
+impl kernel::Module for RsiwUlp {
+    fn init(module: &'static ThisModule) -> Result<Self> {
+        let queue = Arc::new(OwnedQueue::new(c_str!("rsiw_ulp"), false)?, GFP_KERNEL)?;
+        let ulp = Arc::pin_init(
+            pin_init!(Ulp {
+                queue,
+                servers <- new_mutex!(KVec::new(), "Ulp::servers"),
+                log <- new_mutex!((KVec::new(), 0), "Ulp::log"),
+            }),
+            GFP_KERNEL,
+        )?;
+        let mut dir = Dir::new(c_str!("rsiw_ulp"), module)?;
+        dir.create_file(
+            c_str!("ctl"),
+            0o200,
+            Arc::new(Ctl(ulp.clone()), GFP_KERNEL)?,
+        )?;
+        dir.create_file(
+            c_str!("result"),
+            0o400,
+            Arc::new(ResultFile(ulp.clone()), GFP_KERNEL)?,
+        )?;
+        dir.create_file(
+            c_str!("status"),
+            0o400,
+            Arc::new(StatusFile(ulp.clone()), GFP_KERNEL)?,
+        )?;
+        Ok(RsiwUlp {
+            dir: Some(dir),
+            ulp,
+        })
+    }
+}
+
+impl Drop for RsiwUlp {
+    fn drop(&mut self) {
+        // No command runs after the directory is gone.
+        self.dir = None;
+        self.ulp.stop_servers();
+        // Work items of closed connections may still be queued.
+        self.ulp.queue.flush();
+    }
+}
+
+impl Ulp {
+    fn stop_servers(&self) -> usize {
+        let servers = core::mem::take(&mut *self.servers.lock());
+        let n = servers.len();
+        // Dropped outside the lock: tearing connections down waits for CM handlers.
+        drop(servers);
+        n
+    }
+
+    /// Appends a line to the result log.
+    fn log(&self, args: core::fmt::Arguments<'_>) {
+        let mut g = self.log.lock();
+        let _ = Text(&mut g.0).write_fmt(args);
+    }
+
+    /// Records a test result; returns whether it passed.
+    fn record(&self, desc: core::fmt::Arguments<'_>, r: &TResult) -> bool {
+        let mut g = self.log.lock();
+        g.1 += 1;
+        let n = g.1;
+        let mut t = Text(&mut g.0);
+        let _ = match r {
+            Ok(()) => writeln!(t, "ok {n} - {desc}"),
+            Err(Fail { what, a, b, err }) => writeln!(
+                t,
+                "not ok {n} - {desc} # {what} ({a:#x}, {b:#x}): error {}",
+                err.to_errno()
+            ),
+        };
+        r.is_ok()
+    }
+}
+
+impl FileHandler for Ctl {
+    fn write(&self, data: &[u8]) -> Result {
+        let text = core::str::from_utf8(data).map_err(|_| EINVAL)?;
+        let cmd = Command::parse(text)?;
+        self.0.run(cmd)
+    }
+}
+
+impl FileHandler for ResultFile {
+    fn read(&self, out: &mut KVec<u8>) -> Result {
+        let g = self.0.log.lock();
+        out.extend_from_slice(&g.0, GFP_KERNEL)?;
+        Ok(())
+    }
+}
+
+impl FileHandler for StatusFile {
+    fn read(&self, out: &mut KVec<u8>) -> Result {
+        let servers = self.0.servers.lock();
+        let mut t = Text(out);
+        for s in servers.iter() {
+            let a = s.addr();
+            let (st, open) = s.stats();
+            let _ = writeln!(
+                t,
+                "server addr={}.{}.{}.{} port={} accepted={} rejected={} closed={} failed={} open={}",
+                a.addr[0], a.addr[1], a.addr[2], a.addr[3], a.port, st.accepted, st.rejected, st.closed, st.failed, open
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A parsed `ctl` command.
+struct Command<'a> {
+    verb: &'a str,
+    addr: Option<SockAddrV4>,
+    test: &'a str,
+    op: &'a str,
+    size: Option<usize>,
+    sge: Option<usize>,
+    qps: usize,
+    signaled: Option<bool>,
+    seed: u32,
+    secs: u32,
+    depth: usize,
+}
+
+fn parse_num<T: core::str::FromStr>(v: &str) -> Result<T> {
+    v.parse().map_err(|_| EINVAL)
+}
+
+fn parse_ipv4(v: &str) -> Result<[u8; 4]> {
+    let mut out = [0u8; 4];
+    let mut parts = v.split('.');
+    for b in out.iter_mut() {
+        *b = parse_num(parts.next().ok_or(EINVAL)?)?;
+    }
+    if parts.next().is_some() {
+        return Err(EINVAL);
+    }
+    Ok(out)
+}
+
+impl<'a> Command<'a> {
+    fn parse(text: &'a str) -> Result<Command<'a>> {
+        let mut words = text.split_whitespace();
+        let verb = words.next().ok_or(EINVAL)?;
+        let mut c = Command {
+            verb,
+            addr: None,
+            test: "all",
+            op: "write",
+            size: None,
+            sge: None,
+            qps: 1,
+            signaled: None,
+            seed: 0x5eed,
+            secs: 5,
+            depth: 16,
+        };
+        let mut ip = None;
+        let mut port = 20886u16;
+        for w in words {
+            let (k, v) = w.split_once('=').ok_or(EINVAL)?;
+            match k {
+                "addr" => ip = Some(parse_ipv4(v)?),
+                "port" => port = parse_num(v)?,
+                "test" => c.test = v,
+                "op" => c.op = v,
+                "size" => c.size = Some(parse_num(v)?),
+                "sge" => c.sge = Some(parse_num(v)?),
+                "qps" => c.qps = parse_num(v)?,
+                "signaled" => c.signaled = Some(parse_num::<u8>(v)? != 0),
+                "seed" => c.seed = parse_num(v)?,
+                "secs" => c.secs = parse_num(v)?,
+                "depth" => c.depth = parse_num(v)?,
+                _ => return Err(EINVAL),
+            }
+        }
+        if c.size.is_some_and(|s| s > MAX_SIZE) || c.qps == 0 || c.qps > 1024 || c.secs > 600 {
+            return Err(EINVAL);
+        }
+        if c.seed == 0 {
+            // Seed 0 means "zeros" in the protocol.
+            c.seed = 1;
+        }
+        c.addr = ip.map(|addr| SockAddrV4 { addr, port });
+        Ok(c)
+    }
+}
+
+impl Ulp {
+    fn run(&self, c: Command<'_>) -> Result {
+        match c.verb {
+            "server" => {
+                let addr = c.addr.ok_or(EINVAL)?;
+                let s = Server::start(&self.queue, addr)?;
+                self.servers.lock().push(s, GFP_KERNEL)?;
+                Ok(())
+            }
+            "stop" => {
+                self.stop_servers();
+                Ok(())
+            }
+            "clear" => {
+                let mut g = self.log.lock();
+                g.0 = KVec::new();
+                g.1 = 0;
+                Ok(())
+            }
+            "client" => {
+                let dst = c.addr.ok_or(EINVAL)?;
+                if self.client(dst, &c)? {
+                    Ok(())
+                } else {
+                    Err(EIO)
+                }
+            }
+            "bench" => self.bench(c.addr.ok_or(EINVAL)?, &c),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// Runs one functional test on a fresh connection (or several for `qps`).
+    fn one(&self, name: &str, p: &Params, qps: usize) -> TResult {
+        let flags = SendFlags::default();
+        let simple = |f: &dyn Fn(&mut Conn) -> TResult| -> TResult {
+            let mut conn = Conn::connect(p.dst, ConnOpts::default())?;
+            f(&mut conn)?;
+            conn.close()
+        };
+        if qps > 1 && matches!(name, "write" | "read" | "qps") {
+            return client::many(p, qps);
+        }
+        match name {
+            "send" => simple(&|c| client::send(c, p, flags)),
+            "solicited_send" => simple(&|c| client::send(c, p, SendFlags::SOLICITED)),
+            "recv" => simple(&|c| client::recv(c, p, 0, 0)),
+            "write" => simple(&|c| client::write(c, p, flags)),
+            "read" => simple(&|c| client::read(c, p, false)),
+            "read_inv" => simple(&|c| client::read(c, p, true)),
+            "send_inv" => simple(&|c| client::send_inv(c, p)),
+            "recv_inv" => simple(&|c| client::recv_inv(c, p)),
+            "solicited" => simple(&|c| client::solicited(c, p, true)),
+            "unsolicited_quiet" => simple(&|c| client::solicited(c, p, false)),
+            "unsignaled" => simple(&|c| client::unsignaled(c, p)),
+            "local_inv" => simple(&|c| client::local_inv(c)),
+            "inline" => {
+                let mut conn = Conn::connect(p.dst, ConnOpts { inline: 64 })?;
+                client::inline(&mut conn, p)?;
+                conn.close()
+            }
+            "reg_mr" => simple(&|c| client::reg_mr(c, p, false)),
+            "stale_key" => {
+                // The stale-key WRITE breaks the connection: no orderly close.
+                let mut conn = Conn::connect(p.dst, ConnOpts::default())?;
+                client::reg_mr(&mut conn, p, true)
+            }
+            "reject" => client::reject(p),
+            "qps" => client::many(p, qps),
+            "teardown" => client::teardown(p),
+            _ => Err(Fail {
+                what: "unknown test",
+                a: 0,
+                b: 0,
+                err: EINVAL,
+            }),
+        }
+    }
+
+    /// Runs the tests a `client` command names; returns whether all passed.
+    fn client(&self, dst: SockAddrV4, c: &Command<'_>) -> Result<bool> {
+        let mut ok = true;
+        let base = Params {
+            dst,
+            size: c.size.unwrap_or(65537),
+            sge: c.sge.unwrap_or(1),
+            signaled: c.signaled.unwrap_or(true),
+            seed: c.seed,
+        };
+        let mut run = |name: &str, p: Params, qps: usize| {
+            let r = self.one(name, &p, qps);
+            ok &= self.record(
+                format_args!(
+                    "{name} size={} sge={} qps={qps} signaled={}",
+                    p.size, p.sge, p.signaled as u8
+                ),
+                &r,
+            );
+        };
+        let sized = [
+            "send", "recv", "write", "read", "read_inv", "send_inv", "recv_inv",
+        ];
+        if c.test == "all" {
+            // Max SGEs the device allows, for the multi-SGE variants.
+            let max_sge = 6;
+            let sizes: &[usize] = match c.size {
+                Some(_) => core::slice::from_ref(&base.size),
+                None => &SIZES,
+            };
+            for name in sized {
+                for &size in sizes {
+                    // Sizes and SGEs vary the seed, so stale data from an earlier test shows.
+                    let seed = base.seed.wrapping_add(size as u32);
+                    run(name, Params { size, seed, ..base }, 1);
+                }
+            }
+            for name in ["send", "recv", "write"] {
+                for &size in sizes.iter().filter(|&&s| s >= 4096) {
+                    run(
+                        name,
+                        Params {
+                            size,
+                            sge: max_sge,
+                            seed: base.seed ^ 0x6e,
+                            ..base
+                        },
+                        1,
+                    );
+                }
+            }
+            for name in ["send", "write"] {
+                run(
+                    name,
+                    Params {
+                        signaled: false,
+                        ..base
+                    },
+                    1,
+                );
+            }
+            run("solicited_send", base, 1);
+            for name in [
+                "solicited",
+                "unsignaled",
+                "inline",
+                "local_inv",
+                "reg_mr",
+                "stale_key",
+                "reject",
+                "teardown",
+            ] {
+                run(name, base, 1);
+            }
+            run(
+                "qps",
+                Params {
+                    size: c.size.unwrap_or(65537),
+                    ..base
+                },
+                c.qps.max(64),
+            );
+        } else if sized.contains(&c.test) && c.size.is_none() {
+            for &size in SIZES.iter() {
+                let seed = base.seed.wrapping_add(size as u32);
+                run(c.test, Params { size, seed, ..base }, c.qps);
+            }
+        } else {
+            run(c.test, base, c.qps);
+        }
+        Ok(ok)
+    }
+
+    /// Runs a benchmark and logs a `bench` line.
+    fn bench(&self, dst: SockAddrV4, c: &Command<'_>) -> Result {
+        let op = match c.op {
+            "write" => BenchOp::Write,
+            "read" => BenchOp::Read,
+            "send" => BenchOp::Send,
+            _ => return Err(EINVAL),
+        };
+        let size = c.size.unwrap_or(65536);
+        match client::bench(dst, op, size, c.secs, c.depth) {
+            Ok(r) => {
+                // Bytes per millisecond is kB/s; / 1000 gives MB/s (10^6 bytes).
+                let kbps = r.bytes / r.ms;
+                self.log(format_args!(
+                    "bench op={} size={size} depth={} ops={} bytes={} ms={} MBps={}.{:03}\n",
+                    c.op,
+                    c.depth,
+                    r.ops,
+                    r.bytes,
+                    r.ms,
+                    kbps / 1000,
+                    kbps % 1000
+                ));
+                Ok(())
+            }
+            Err(f) => {
+                self.record(format_args!("bench op={} size={size}", c.op), &Err(f));
+                Err(EIO)
+            }
+        }
+    }
+}

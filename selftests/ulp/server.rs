@@ -1,0 +1,623 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The passive side: a listener that accepts connections and answers the client's control
+//! messages.
+//!
+//! Each connection has its own PD, one CQ for both queues (with a completion handler) and a
+//! work item on the ULP's workqueue. The CQ's completion event queues the work item, which
+//! polls the CQ and handles every completion without sleeping on the network, then re-arms the
+//! CQ. A connection's resources live in `SConn::res` until the connection closes (the CM
+//! handler tears them down) or the server stops.
+
+use crate::proto::{status, Kind, Msg, GUARD, HELLO, MSG_LEN, REJECTED, REJECT_ME};
+use crate::region::Region;
+use crate::OWNER;
+use kernel::{
+    new_mutex, new_work,
+    prelude::*,
+    rdma::consumer::{
+        cm::{CmEvent, CmEventKind, CmHandler, CmId, CmIdRef, ConnParam, ConnRequest, SockAddrV4},
+        cq::{Cq, CqHandler},
+        mem::{Access, DmaBuf, FrMr, Pd},
+        qp::{QpCaps, RecvWr, SendFlags, SendWr, Sge, Wc, WcOpcode},
+        workqueue::OwnedQueue,
+        DeviceCaps,
+    },
+    sync::{Arc, ArcBorrow, Mutex},
+    workqueue::{Work, WorkItem},
+};
+
+/// wr_id kinds (top byte); the low bits are an index.
+const WR_CTRL_RX: u64 = 1 << 56;
+const WR_DATA_RX: u64 = 2 << 56;
+const WR_SEND: u64 = 3 << 56;
+const WR_LOCAL: u64 = 4 << 56;
+const WR_KIND: u64 = 0xff << 56;
+
+/// Queue depths of a server connection.
+const SQ_DEPTH: u32 = 512;
+const RQ_DEPTH: u32 = 512;
+
+/// The handler of every server CM id.
+pub(crate) enum ServerCm {
+    /// The listener.
+    Listener(Arc<Shared>),
+    /// An accepted connection.
+    Conn(Arc<SConn>, Arc<Shared>),
+}
+
+/// State shared by the listener and its connections.
+#[pin_data]
+pub(crate) struct Shared {
+    queue: Arc<OwnedQueue>,
+    #[pin]
+    conns: Mutex<KVec<Arc<SConn>>>,
+    #[pin]
+    stats: Mutex<Stats>,
+}
+
+/// Counters shown in `result`.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Stats {
+    pub(crate) accepted: u64,
+    pub(crate) rejected: u64,
+    pub(crate) closed: u64,
+    pub(crate) failed: u64,
+}
+
+/// What the server expects from data receives.
+struct Expect {
+    count: usize,
+    received: usize,
+    seed: u32,
+    inv: u32,
+    first_bad: Option<(u64, u64, u64)>,
+}
+
+/// The resources of one connection. `id` is declared first so that it (with the QP) is
+/// destroyed first.
+struct ConnRes {
+    id: CmId<ServerCm>,
+    pd: Arc<Pd>,
+    caps: DeviceCaps,
+    qcaps: QpCaps,
+    ctrl_rx: Arc<DmaBuf>,
+    ctrl_tx: Arc<DmaBuf>,
+    mr: Option<Arc<FrMr>>,
+    mr_valid: bool,
+    target: Option<Region>,
+    data: Option<Region>,
+    expect: Option<Expect>,
+    sends: u64,
+}
+
+/// One accepted connection.
+#[pin_data]
+pub(crate) struct SConn {
+    #[pin]
+    work: Work<SConn>,
+    #[pin]
+    res: Mutex<Option<ConnRes>>,
+    queue: Arc<OwnedQueue>,
+}
+
+kernel::impl_has_work! {
+    impl HasWork<Self> for SConn { self.work }
+}
+
+impl WorkItem for SConn {
+    type Pointer = Arc<SConn>;
+
+    fn run(this: Arc<SConn>) {
+        this.process();
+    }
+}
+
+impl CqHandler for SConn {
+    fn completion_event(this: ArcBorrow<'_, Self>) {
+        let a: Arc<SConn> = this.into();
+        // An `Err` means the work is queued already; the returned reference is not the last
+        // one (the CQ holds another), so dropping it here is fine.
+        let _ = this.queue.queue().enqueue(a);
+    }
+}
+
+/// A running server.
+pub(crate) struct Server {
+    /// The listener; dropped first so that no new connection arrives during teardown.
+    listener: Option<CmId<ServerCm>>,
+    shared: Arc<Shared>,
+    addr: SockAddrV4,
+}
+
+impl Server {
+    /// Starts listening on `addr`.
+    pub(crate) fn start(queue: &Arc<OwnedQueue>, addr: SockAddrV4) -> Result<Server> {
+        let shared = Arc::pin_init(
+            pin_init!(Shared {
+                queue: queue.clone(),
+                conns <- new_mutex!(KVec::new(), "Shared::conns"),
+                stats <- new_mutex!(Stats::default(), "Shared::stats"),
+            }),
+            GFP_KERNEL,
+        )?;
+        let h = Arc::new(ServerCm::Listener(shared.clone()), GFP_KERNEL)?;
+        let id = CmId::new(h, OWNER)?;
+        id.bind(addr)?;
+        id.listen(128)?;
+        Ok(Server {
+            listener: Some(id),
+            shared,
+            addr,
+        })
+    }
+
+    /// The address listened on.
+    pub(crate) fn addr(&self) -> SockAddrV4 {
+        self.addr
+    }
+
+    /// Counters and the number of open connections.
+    pub(crate) fn stats(&self) -> (Stats, usize) {
+        let s = *self.shared.stats.lock();
+        (s, self.shared.conns.lock().len())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.listener = None;
+        let conns = core::mem::take(&mut *self.shared.conns.lock());
+        for c in conns.iter() {
+            let res = c.res.lock().take();
+            drop(res);
+        }
+    }
+}
+
+impl CmHandler for ServerCm {
+    fn event(&self, _id: &CmIdRef<'_>, event: &CmEvent<'_>) {
+        let ServerCm::Conn(conn, shared) = self else {
+            // Listener events (device removal, address change): the test tears it down.
+            return;
+        };
+        match event.kind {
+            CmEventKind::Established => {}
+            CmEventKind::Disconnected
+            | CmEventKind::DeviceRemoval
+            | CmEventKind::ConnectError
+            | CmEventKind::Unreachable
+            | CmEventKind::Rejected
+            | CmEventKind::TimewaitExit => {
+                // Dropping the id in its own handler is deferred to the core.
+                let res = conn.res.lock().take();
+                if res.is_some() {
+                    shared.stats.lock().closed += 1;
+                }
+                drop(res);
+                let mut conns = shared.conns.lock();
+                let old = core::mem::take(&mut *conns);
+                if let Ok(mut kept) = KVec::with_capacity(old.len(), GFP_KERNEL) {
+                    for c in old.into_iter().filter(|c| !Arc::ptr_eq(c, conn)) {
+                        // Cannot fail: the capacity is reserved.
+                        let _ = kept.push(c, GFP_KERNEL);
+                    }
+                    *conns = kept;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn connect_request(&self, req: ConnRequest<'_, Self>, event: &CmEvent<'_>) {
+        let ServerCm::Listener(shared) = self else {
+            return;
+        };
+        if let Some(rest) = event.private_data.strip_prefix(REJECT_ME) {
+            let mut reply = [0u8; 64];
+            let n = (REJECTED.len() + rest.len()).min(reply.len());
+            reply[..REJECTED.len()].copy_from_slice(REJECTED);
+            if let (Some(dst), Some(src)) = (
+                reply.get_mut(REJECTED.len()..n),
+                rest.get(..n - REJECTED.len()),
+            ) {
+                dst.copy_from_slice(src);
+            }
+            if req.reject(reply.get(..n).unwrap_or(&[])).is_ok() {
+                shared.stats.lock().rejected += 1;
+            }
+            return;
+        }
+        if !event.private_data.starts_with(HELLO) {
+            let _ = req.reject(b"BADHELLO");
+            shared.stats.lock().rejected += 1;
+            return;
+        }
+        if let Err(e) = accept(shared, req, event) {
+            pr_warn!("rsiw_ulp: server: cannot accept a connection: {:?}\n", e);
+            shared.stats.lock().failed += 1;
+        }
+    }
+}
+
+/// Sets up an accepted connection: PD, CQ, QP, control buffers, first control receive.
+fn accept(shared: &Arc<Shared>, req: ConnRequest<'_, ServerCm>, event: &CmEvent<'_>) -> Result {
+    let dev = req.device().ok_or(EINVAL)?;
+    let caps = dev.caps();
+    let pd = Pd::new(dev, OWNER)?;
+    let conn = Arc::pin_init(
+        pin_init!(SConn {
+            work <- new_work!("SConn::work"),
+            res <- new_mutex!(None, "SConn::res"),
+            queue: shared.queue.clone(),
+        }),
+        GFP_KERNEL,
+    )?;
+    let cq = Cq::new(dev, SQ_DEPTH + RQ_DEPTH, 0, conn.clone(), OWNER)?;
+    let mut id = req.adopt(Arc::new(
+        ServerCm::Conn(conn.clone(), shared.clone()),
+        GFP_KERNEL,
+    )?)?;
+    let want = QpCaps {
+        max_send_wr: SQ_DEPTH.min(caps.max_qp_wr),
+        max_recv_wr: RQ_DEPTH.min(caps.max_qp_wr),
+        max_send_sge: caps.max_send_sge.min(8),
+        max_recv_sge: caps.max_recv_sge.min(8),
+        max_inline_data: 0,
+    };
+    let qp = id.create_qp(&pd, &cq, &cq, want, true)?;
+    let qcaps = qp.caps();
+    let ctrl_rx = DmaBuf::new(&pd, MSG_LEN)?;
+    let ctrl_tx = DmaBuf::new(&pd, MSG_LEN)?;
+    qp.attach_buf(&ctrl_rx)?;
+    qp.attach_buf(&ctrl_tx)?;
+    qp.post_recv(&[RecvWr::new(WR_CTRL_RX).sge(Sge::from_buf(&ctrl_rx, 0, MSG_LEN)?)?])?;
+    let ird = caps.max_qp_rd_atom.min(255);
+    let ord = u32::from(event.responder_resources).min(caps.max_qp_init_rd_atom);
+    let param = ConnParam {
+        private_data: HELLO,
+        // CAST: Both are at most 255 (see `min` above and the event's `u8`).
+        responder_resources: ird as u8,
+        initiator_depth: ord as u8,
+        ..Default::default()
+    };
+    id.accept(&param)?;
+    *conn.res.lock() = Some(ConnRes {
+        id,
+        pd,
+        caps,
+        qcaps,
+        ctrl_rx,
+        ctrl_tx,
+        mr: None,
+        mr_valid: false,
+        target: None,
+        data: None,
+        expect: None,
+        sends: 0,
+    });
+    // The first request may have completed before `res` was set: look now.
+    let _ = shared.queue.queue().enqueue(conn.clone());
+    shared.conns.lock().push(conn, GFP_KERNEL)?;
+    shared.stats.lock().accepted += 1;
+    Ok(())
+}
+
+impl SConn {
+    /// Handles all completions, then re-arms the CQ.
+    fn process(&self) {
+        let mut guard = self.res.lock();
+        let Some(res) = guard.as_mut() else {
+            return;
+        };
+        let Ok(qp) = res.id.qp() else {
+            return;
+        };
+        let cq = qp.recv_cq().clone();
+        let mut wcs: [Wc; 16] = core::array::from_fn(|_| Wc::default());
+        loop {
+            let n = match cq.poll(&mut wcs) {
+                Ok(n) => n,
+                Err(_) => return,
+            };
+            for wc in wcs.iter().take(n) {
+                if let Err(e) = res.handle(wc) {
+                    // The QP is broken or the peer misbehaved: close the connection.
+                    pr_debug!("rsiw_ulp: server: closing a connection: {:?}\n", e);
+                    let _ = res.id.disconnect();
+                    return;
+                }
+            }
+            if n == 0 {
+                match cq.req_notify(false) {
+                    Ok(true) => continue,
+                    _ => return,
+                }
+            }
+        }
+    }
+}
+
+impl ConnRes {
+    /// Handles one completion.
+    fn handle(&mut self, wc: &Wc) -> Result {
+        let kind = wc.wr_id() & WR_KIND;
+        if !wc.is_ok() {
+            // Flushes after a disconnect, or a failure the client provoked (stale keys):
+            // either way the connection is over.
+            return Err(EIO);
+        }
+        match kind {
+            WR_CTRL_RX => {
+                let mut b = [0u8; MSG_LEN];
+                self.ctrl_rx.read(0, &mut b)?;
+                match Msg::decode(&b) {
+                    Some(m) => self.request(m),
+                    None => self.reply_status(status::BAD_REQUEST, 0, 0),
+                }
+            }
+            WR_DATA_RX => self.data_received(wc),
+            WR_SEND | WR_LOCAL => {
+                if wc.opcode() == WcOpcode::Send {
+                    self.sends += 1;
+                }
+                Ok(())
+            }
+            _ => Err(EINVAL),
+        }
+    }
+
+    fn post_ctrl_recv(&self) -> Result {
+        let qp = self.id.qp()?;
+        qp.post_recv(&[RecvWr::new(WR_CTRL_RX).sge(Sge::from_buf(&self.ctrl_rx, 0, MSG_LEN)?)?])?;
+        Ok(())
+    }
+
+    fn reply(&self, m: Msg) -> Result {
+        self.ctrl_tx.write(0, &m.encode())?;
+        let qp = self.id.qp()?;
+        qp.post_send(&[SendWr::send(WR_SEND).sge(Sge::from_buf(&self.ctrl_tx, 0, MSG_LEN)?)?])?;
+        Ok(())
+    }
+
+    fn reply_status(&self, code: u64, b: u64, c: u64) -> Result {
+        self.reply(Msg::new(Kind::Status, [code, b, c, 0, 0]))
+    }
+
+    /// Handles a control request; posts the next control receive before answering.
+    fn request(&mut self, m: Msg) -> Result {
+        let [a, b, c, d, e] = m.args;
+        match m.kind {
+            Kind::Target => {
+                self.post_ctrl_recv()?;
+                match self.register_target(a, b, c) {
+                    Ok(()) => self.reply_target(),
+                    Err(err) => {
+                        self.reply_status(status::FAILED, err.to_errno().unsigned_abs().into(), 1)
+                    }
+                }
+            }
+            Kind::Rotate => {
+                self.post_ctrl_recv()?;
+                match self.rotate() {
+                    Ok(()) => self.reply_target(),
+                    Err(err) => {
+                        self.reply_status(status::FAILED, err.to_errno().unsigned_abs().into(), 2)
+                    }
+                }
+            }
+            Kind::Verify => {
+                self.post_ctrl_recv()?;
+                let r = match &self.target {
+                    // CAST: Seeds are 32-bit by protocol.
+                    Some(t) => t.check(0, b as u32, a.try_into()?)?,
+                    None => return self.reply_status(status::BAD_REQUEST, m.kind as u64, 0),
+                };
+                match r {
+                    None => self.reply_status(status::OK, 0, 0),
+                    Some(bad) => self.reply_status(bad.code, bad.off.try_into()?, bad.found.into()),
+                }
+            }
+            Kind::ExpectSend => {
+                // Data receives first, then the control receive, so that data lands in them.
+                // CAST: Seeds and keys are 32-bit by protocol.
+                match self.expect(a, b, c as u32, d, e as u32) {
+                    Ok(()) => {
+                        self.post_ctrl_recv()?;
+                        self.reply(Msg::new(Kind::Ready, [0; 5]))
+                    }
+                    Err(err) => {
+                        self.post_ctrl_recv()?;
+                        self.reply_status(status::FAILED, err.to_errno().unsigned_abs().into(), 3)
+                    }
+                }
+            }
+            Kind::SendMe => {
+                self.post_ctrl_recv()?;
+                // CAST: Seeds and keys are 32-bit by protocol.
+                match self.send_data(a, b as u32, c, d, e as u32) {
+                    Ok(()) => self.reply_status(status::OK, 0, 0),
+                    Err(err) => {
+                        self.reply_status(status::FAILED, err.to_errno().unsigned_abs().into(), 4)
+                    }
+                }
+            }
+            _ => {
+                self.post_ctrl_recv()?;
+                self.reply_status(status::BAD_REQUEST, m.kind as u64, 0)
+            }
+        }
+    }
+
+    fn reply_target(&self) -> Result {
+        let (t, mr) = match (&self.target, &self.mr) {
+            (Some(t), Some(mr)) => (t, mr),
+            _ => return self.reply_status(status::FAILED, 0, 5),
+        };
+        self.reply(Msg::new(
+            Kind::TargetIs,
+            [mr.iova(), mr.rkey().into(), t.len.try_into()?, 0, 0],
+        ))
+    }
+
+    /// Allocates and fills a target region and registers the MR on it (invalidating the old
+    /// registration first).
+    fn register_target(&mut self, len: u64, seed: u64, access: u64) -> Result {
+        let len: usize = len.try_into()?;
+        if len > crate::MAX_SIZE {
+            return Err(EINVAL);
+        }
+        let qp = self.id.qp()?;
+        let region = Region::new(&self.pd, len, 1)?;
+        // CAST: Seeds are 32-bit by protocol.
+        region.fill(0, seed as u32)?;
+        qp.attach_buf(&region.buf)?;
+        let mr = match &self.mr {
+            Some(mr) => mr.clone(),
+            None => {
+                let mr = FrMr::new(&self.pd, self.caps.max_fast_reg_page_list_len.clamp(1, 256))?;
+                qp.attach_mr(&mr)?;
+                self.mr = Some(mr.clone());
+                mr
+            }
+        };
+        if self.mr_valid {
+            qp.post_send(&[SendWr::local_inv(WR_LOCAL, mr.rkey())])?;
+            self.mr_valid = false;
+        }
+        mr.rotate_key();
+        // A zero-length region still needs a one-byte mapping (the first trailing guard byte,
+        // which the guard check then proves untouched).
+        mr.map(&region.buf, GUARD, len.max(1))?;
+        let mut acc = Access::LOCAL_WRITE;
+        if access & 1 != 0 {
+            acc = acc | Access::REMOTE_READ;
+        }
+        if access & 2 != 0 {
+            acc = acc | Access::REMOTE_WRITE;
+        }
+        qp.post_send(&[SendWr::reg_mr(WR_LOCAL, &mr, acc)])?;
+        self.mr_valid = true;
+        self.target = Some(region);
+        Ok(())
+    }
+
+    /// Invalidates the target MR, moves to the next key and registers it again.
+    fn rotate(&mut self) -> Result {
+        let qp = self.id.qp()?;
+        let (mr, t) = match (&self.mr, &self.target) {
+            (Some(mr), Some(t)) => (mr.clone(), t),
+            _ => return Err(EINVAL),
+        };
+        if self.mr_valid {
+            qp.post_send(&[SendWr::local_inv(WR_LOCAL, mr.rkey())])?;
+        }
+        self.mr_valid = false;
+        mr.rotate_key();
+        mr.map(&t.buf, GUARD, t.len.max(1))?;
+        qp.post_send(&[SendWr::reg_mr(
+            WR_LOCAL,
+            &mr,
+            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+        )])?;
+        self.mr_valid = true;
+        Ok(())
+    }
+
+    /// Posts `count` data receives of `len` bytes in `nsge` SGEs.
+    fn expect(&mut self, len: u64, count: u64, seed: u32, nsge: u64, inv: u32) -> Result {
+        let len: usize = len.try_into()?;
+        let count: usize = count.try_into()?;
+        if len > crate::MAX_SIZE || count == 0 || count > (RQ_DEPTH as usize) - 8 {
+            return Err(EINVAL);
+        }
+        let qp = self.id.qp()?;
+        let region = Region::new(&self.pd, len, count)?;
+        qp.attach_buf(&region.buf)?;
+        let mut wrs = KVec::with_capacity(count, GFP_KERNEL)?;
+        for i in 0..count {
+            let sges = region.sges(i, nsge.try_into()?, self.qcaps.max_recv_sge.try_into()?)?;
+            // CAST: `i < count <= RQ_DEPTH`.
+            wrs.push(RecvWr::new(WR_DATA_RX | i as u64).sges(&sges)?, GFP_KERNEL)?;
+        }
+        qp.post_recv(&wrs)?;
+        self.data = Some(region);
+        self.expect = Some(Expect {
+            count,
+            received: 0,
+            seed,
+            inv,
+            first_bad: None,
+        });
+        Ok(())
+    }
+
+    /// Checks a data receive; answers when all expected ones arrived.
+    fn data_received(&mut self, wc: &Wc) -> Result {
+        let (Some(exp), Some(region)) = (self.expect.as_mut(), self.data.as_ref()) else {
+            return Err(EINVAL);
+        };
+        // CAST: Only the index bits remain.
+        let i = (wc.wr_id() & !WR_KIND) as usize;
+        exp.received += 1;
+        if exp.first_bad.is_none() {
+            let len = u64::try_from(region.len)?;
+            if u64::from(wc.byte_len()) != len {
+                exp.first_bad = Some((status::LENGTH, len, wc.byte_len().into()));
+            } else if exp.inv != 0 && wc.invalidated_rkey() != Some(exp.inv) {
+                let got = wc.invalidated_rkey().map_or(u64::MAX, u64::from);
+                exp.first_bad = Some((status::INVALIDATE, exp.inv.into(), got));
+            } else if exp.inv == 0 && wc.invalidated_rkey().is_some() {
+                let got = wc.invalidated_rkey().map_or(u64::MAX, u64::from);
+                exp.first_bad = Some((status::INVALIDATE, 0, got));
+            } else if exp.seed != 0 {
+                // CAST: Slot indices are small; seeds wrap.
+                let seed = exp.seed.wrapping_add(i as u32);
+                if let Some(bad) = region.check(i, seed, region.len)? {
+                    exp.first_bad = Some((bad.code, bad.off.try_into()?, bad.found.into()));
+                }
+            }
+        }
+        if exp.inv != 0 && wc.invalidated_rkey() == Some(exp.inv) {
+            // The peer invalidated our target MR.
+            if self.mr.as_ref().is_some_and(|m| m.rkey() == exp.inv) {
+                self.mr_valid = false;
+            }
+        }
+        if exp.received == exp.count {
+            let r = exp.first_bad.unwrap_or((status::OK, 0, 0));
+            self.expect = None;
+            return self.reply_status(r.0, r.1, r.2);
+        }
+        Ok(())
+    }
+
+    /// Sends `len` bytes of `pattern(seed)` to the client in `nsge` SGEs.
+    fn send_data(&mut self, len: u64, seed: u32, flags: u64, nsge: u64, inv: u32) -> Result {
+        let len: usize = len.try_into()?;
+        if len > crate::MAX_SIZE {
+            return Err(EINVAL);
+        }
+        let qp = self.id.qp()?;
+        let region = Region::new(&self.pd, len, 1)?;
+        region.fill(0, seed)?;
+        qp.attach_buf(&region.buf)?;
+        let sges = if len == 0 {
+            KVec::new()
+        } else {
+            region.sges(0, nsge.try_into()?, self.qcaps.max_send_sge.try_into()?)?
+        };
+        let mut wr = if inv != 0 {
+            SendWr::send_inv(WR_SEND, inv)
+        } else {
+            SendWr::send(WR_SEND)
+        };
+        wr = wr.sges(&sges)?;
+        if flags & 1 != 0 {
+            wr = wr.flags(SendFlags::SOLICITED);
+        }
+        qp.post_send(&[wr])?;
+        self.data = Some(region);
+        Ok(())
+    }
+}

@@ -107,6 +107,9 @@ for test in "$@"; do
 	echo "$tainted_before $(cat /proc/sys/kernel/tainted)" >"$dir/taint"
 	date +%s >"$dir/ended"
 	sync
-	echo "$rc" >"$dir/exit"
+	# Renamed into place: the host polls for this file and must never read it half-written.
+	echo "$rc" >"$dir/exit.tmp"
+	sync
+	mv "$dir/exit.tmp" "$dir/exit"
 	sync
 done

@@ -133,6 +133,8 @@ fi
 judge() {
 	local n=$1 name=$2 dir=$3 diags=() rc out splat leak taint left nok plan count
 	rc=$(cat "$dir/exit")
+	# Older guests wrote the file in place; give a half-written one a moment.
+	[ -n "$rc" ] || { sleep 1; rc=$(cat "$dir/exit"); }
 	out=$dir/output.tap
 	echo "# Subtest: $name"
 	sed 's/^/    /' "$out"

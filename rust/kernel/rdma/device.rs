@@ -685,6 +685,10 @@ impl<T: Driver> Adapter<T> {
         if T::HAS_ALLOC_UCONTEXT {
             ops.alloc_ucontext = Some(Self::alloc_ucontext);
             ops.dealloc_ucontext = Some(Self::dealloc_ucontext);
+            // User contexts hold no device mappings, so they can always be disassociated. Without
+            // this, unregistering the device would wait for user space to close the uverbs file
+            // first, while an rdma_cm user waits for the DEVICE_REMOVAL event that comes after.
+            ops.disassociate_ucontext = Some(Self::disassociate_ucontext);
             ops.size_ib_ucontext = core::mem::size_of::<bindings::ib_ucontext>();
         }
         ops
@@ -852,6 +856,13 @@ impl<T: Driver> Adapter<T> {
     ///
     /// Only the C core calls this, with the pointers its contract for this callback guarantees.
     unsafe extern "C" fn dealloc_ucontext(_uctx: *mut bindings::ib_ucontext) {}
+
+    /// Callback for the C side.
+    ///
+    /// # Safety
+    ///
+    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    unsafe extern "C" fn disassociate_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
     /// Callback for the C side.
     ///

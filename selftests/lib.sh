@@ -268,12 +268,12 @@ rdma_dev_exists() {
 
 # rdma_dev_gone NAME: whether NAME is neither registered nor listed by rdma.
 rdma_dev_gone() {
-	! rdma_dev_exists "$1" && ! rdma dev show 2>/dev/null | grep -qE "^[0-9]+: $1:"
+	! rdma_dev_exists "$1" && ! timeout 10 rdma dev show 2>/dev/null | grep -qE "^[0-9]+: $1:"
 }
 
 # port_state DEV [PORT]: the port state rdma link show reports (ACTIVE, DOWN...).
 port_state() {
-	rdma link show "$1/${2:-1}" 2>/dev/null | sed -nE 's/.* state ([A-Z_]+) .*/\1/p'
+	timeout 10 rdma link show "$1/${2:-1}" 2>/dev/null | sed -nE 's/.* state ([A-Z_]+) .*/\1/p'
 }
 
 # port_state_is DEV STATE: whether port 1 of DEV is in STATE.
@@ -397,7 +397,8 @@ tap_wait() {
 	if wait_for "$secs" "$@"; then
 		tap_ok "$desc"
 	else
-		tap_fail "$desc" "\$ $* did not succeed within $secs s" "$(rdma dev show 2>&1)" "$(rdma link show 2>&1)"
+		tap_fail "$desc" "\$ $* did not succeed within $secs s" \
+			"$(timeout 10 rdma dev show 2>&1)" "$(timeout 10 rdma link show 2>&1)"
 		return 1
 	fi
 }

@@ -39,10 +39,6 @@ pub(crate) struct CqData {
     ring: SpinLockIrq<CqRing>,
 }
 
-/// Why a completion could not be queued.
-#[derive(Debug)]
-pub(crate) struct CqOverflow;
-
 impl CqData {
     /// Validates `attr` and creates the data for a CQ of `attr.cqe` entries.
     pub(crate) fn new(attr: &CqInitAttr) -> Result<(impl PinInit<Self, Error>, u32)> {
@@ -70,39 +66,55 @@ impl CqData {
     }
 }
 
-/// Queues `wc` on `cq` and calls the consumer's handler if the CQ is armed for it.
-///
-/// `solicited` marks completions of solicited-event receives. On overflow the consumer gets
-/// `IB_EVENT_CQ_ERR` and the completion is lost, as on hardware.
-pub(crate) fn push(cq: &Cq<Rsiw>, wc: WorkCompletion, solicited: bool) -> Result<(), CqOverflow> {
-    let notify = {
-        let mut ring = cq.data().ring.lock();
-        if ring.entries.push(wc).is_err() {
-            None
-        } else {
-            let wanted = match ring.arm {
-                Arm::None => false,
-                Arm::Next => true,
-                Arm::Solicited => solicited || wc.status != WcStatus::Success,
-            };
-            if wanted {
-                ring.arm = Arm::None;
-            }
-            Some(wanted)
-        }
-    };
-    match notify {
-        None => {
+/// Consumer upcalls a queued completion calls for, delivered with [`Upcalls::deliver`] once no
+/// driver lock is held (a consumer's handler may poll the CQ or post to the QP).
+#[derive(Clone, Copy, Default)]
+#[must_use]
+pub(crate) struct Upcalls {
+    completion: bool,
+    error: bool,
+}
+
+impl Upcalls {
+    /// Adds the upcalls of `other`.
+    pub(crate) fn add(&mut self, other: Upcalls) {
+        self.completion |= other.completion;
+        self.error |= other.error;
+    }
+
+    /// Calls the consumer's handlers.
+    pub(crate) fn deliver(self, cq: &Cq<Rsiw>) {
+        if self.error {
             cq.report_error();
-            Err(CqOverflow)
         }
-        Some(wanted) => {
-            // Outside the lock: the handler may poll this CQ.
-            if wanted {
-                cq.notify_completion();
-            }
-            Ok(())
+        if self.completion {
+            cq.notify_completion();
         }
+    }
+}
+
+/// Queues `wc` on `cq`, returning the upcalls it calls for: the completion handler if the CQ
+/// is armed for it, `IB_EVENT_CQ_ERR` on overflow (the completion is then lost, as on
+/// hardware). `solicited` marks completions of solicited-event receives.
+pub(crate) fn queue(cq: &Cq<Rsiw>, wc: WorkCompletion, solicited: bool) -> Upcalls {
+    let mut ring = cq.data().ring.lock();
+    if ring.entries.push(wc).is_err() {
+        return Upcalls {
+            completion: false,
+            error: true,
+        };
+    }
+    let wanted = match ring.arm {
+        Arm::None => false,
+        Arm::Next => true,
+        Arm::Solicited => solicited || wc.status != WcStatus::Success,
+    };
+    if wanted {
+        ring.arm = Arm::None;
+    }
+    Upcalls {
+        completion: wanted,
+        error: false,
     }
 }
 

@@ -10,8 +10,10 @@
 #![deny(unsafe_code)]
 
 use crate::{cq, device::Rsiw, mem};
+
+pub(crate) mod link;
 use kernel::{
-    irqlock::SpinLockIrq,
+    irqlock::{SpinLockIrq, SpinLockIrqBackend},
     new_spinlock_irq,
     prelude::*,
     rdma::{
@@ -21,6 +23,7 @@ use kernel::{
         },
         verbs::{WcOpcode, WcStatus, WorkCompletion},
     },
+    sync::lock::Guard,
 };
 
 /// Most QPs per device.
@@ -115,6 +118,68 @@ struct QpInner {
     ird: u32,
     sq: crate::ring::Ring<SendEntry>,
     rq: crate::ring::Ring<RecvEntry>,
+    /// The connection, from RTS until it is closed.
+    link: Option<link::Link>,
+    /// Consumer upcalls owed by completions queued under the lock; [`Locked`] delivers them
+    /// once the lock is dropped.
+    up_send: cq::Upcalls,
+    up_recv: cq::Upcalls,
+}
+
+/// The QP state locked; on drop, the lock is released first and then the consumer upcalls that
+/// completions queued meanwhile call for are delivered, so a consumer's handler never runs
+/// under the QP lock (it may post to this QP).
+struct Locked<'a> {
+    // Fields drop in order: the guard (unlocking) before the upcalls are delivered.
+    guard: Guard<'a, QpInner, SpinLockIrqBackend>,
+    after: Deliver<'a>,
+}
+
+/// Upcalls to deliver once the QP lock is released.
+struct Deliver<'a> {
+    qp: &'a Qp<Rsiw>,
+    send: cq::Upcalls,
+    recv: cq::Upcalls,
+}
+
+/// Locks `qp`'s state.
+fn lock(qp: &Qp<Rsiw>) -> Locked<'_> {
+    Locked {
+        guard: qp.data().inner.lock(),
+        after: Deliver {
+            qp,
+            send: cq::Upcalls::default(),
+            recv: cq::Upcalls::default(),
+        },
+    }
+}
+
+impl core::ops::Deref for Locked<'_> {
+    type Target = QpInner;
+
+    fn deref(&self) -> &QpInner {
+        &self.guard
+    }
+}
+
+impl core::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut QpInner {
+        &mut self.guard
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.after.send = core::mem::take(&mut self.guard.up_send);
+        self.after.recv = core::mem::take(&mut self.guard.up_recv);
+    }
+}
+
+impl Drop for Deliver<'_> {
+    fn drop(&mut self) {
+        self.send.deliver(self.qp.send_cq());
+        self.recv.deliver(self.qp.recv_cq());
+    }
 }
 
 /// Per-QP state.
@@ -162,6 +227,9 @@ pub(crate) fn create(attr: &mut QpInitAttr) -> Result<impl PinInit<QpData, Error
         ird: MAX_IRD_ORD,
         sq: crate::ring::Ring::new(cap.max_send_wr)?,
         rq: crate::ring::Ring::new(cap.max_recv_wr)?,
+        link: None,
+        up_send: cq::Upcalls::default(),
+        up_recv: cq::Upcalls::default(),
     };
     let (sig_all, has_srq) = (attr.sig_all, attr.has_srq);
     Ok(try_pin_init!(QpData {
@@ -188,11 +256,12 @@ fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) {
     let was_error = inner.state == QpState::Error;
     inner.state = QpState::Error;
     while let Some(e) = inner.sq.pop() {
-        // Overflow is reported to the consumer as CQ_ERR by `cq::push`.
-        let _ = cq::push(qp.send_cq(), flush_wc(qp, e.wr_id, e.op.wc_opcode()), false);
+        let up = cq::queue(qp.send_cq(), flush_wc(qp, e.wr_id, e.op.wc_opcode()), false);
+        inner.up_send.add(up);
     }
     while let Some(e) = inner.rq.pop() {
-        let _ = cq::push(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
+        let up = cq::queue(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
+        inner.up_recv.add(up);
     }
     if !was_error && qp.data().has_srq {
         qp.report_event(QpEvent::LastWqeReached);
@@ -209,12 +278,18 @@ pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
     {
         return Err(EINVAL);
     }
-    let mut inner = qp.data().inner.lock();
+    let mut inner = lock(qp);
     if m.cur_state.is_some_and(|s| s != inner.state) {
         return Err(EINVAL);
     }
+    // A connection the ULP closes (SQD: graceful, ERROR: abortive); the connection manager
+    // is told once the lock is dropped.
+    let mut closed = None;
     if let Some(to) = m.state {
         let from = inner.state;
+        if matches!(to, QpState::Error | QpState::Sqd) {
+            closed = inner.link.take().map(|l| (l, to == QpState::Sqd));
+        }
         match (from, to) {
             (_, QpState::Error) => enter_error(qp, &mut inner),
             (QpState::Reset | QpState::Init, QpState::Init)
@@ -238,6 +313,10 @@ pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
     if let Some(ird) = m.max_dest_rd_atomic {
         inner.ird = ird;
     }
+    drop(inner);
+    if let Some((l, graceful)) = closed {
+        l.conn.ulp_close(graceful);
+    }
     Ok(())
 }
 
@@ -257,7 +336,9 @@ pub(crate) fn query(qp: &Qp<Rsiw>) -> QpQuery {
 
 /// Tears down a QP about to be destroyed.
 pub(crate) fn destroy(qp: &Qp<Rsiw>) {
-    enter_error(qp, &mut qp.data().inner.lock());
+    if let Some(l) = link::detach(qp) {
+        l.conn.ulp_close(false);
+    }
 }
 
 fn copy_sges(list: &[Sge], max: u32) -> Result<([Sge; MAX_SGE as usize], u8)> {
@@ -272,7 +353,14 @@ fn copy_sges(list: &[Sge], max: u32) -> Result<([Sge; MAX_SGE as usize], u8)> {
 }
 
 /// Completes a local operation (registration, invalidation) that ran at post time.
-fn complete_local(qp: &Qp<Rsiw>, wr_id: u64, signaled: bool, opcode: WcOpcode, status: WcStatus) {
+fn complete_local(
+    qp: &Qp<Rsiw>,
+    inner: &mut QpInner,
+    wr_id: u64,
+    signaled: bool,
+    opcode: WcOpcode,
+    status: WcStatus,
+) {
     if signaled || status != WcStatus::Success {
         let wc = WorkCompletion {
             wr_id,
@@ -282,7 +370,7 @@ fn complete_local(qp: &Qp<Rsiw>, wr_id: u64, signaled: bool, opcode: WcOpcode, s
             qp: qp.handle(),
             invalidated_rkey: None,
         };
-        let _ = cq::push(qp.send_cq(), wc, false);
+        inner.up_send.add(cq::queue(qp.send_cq(), wc, false));
     }
 }
 
@@ -290,7 +378,7 @@ fn complete_local(qp: &Qp<Rsiw>, wr_id: u64, signaled: bool, opcode: WcOpcode, s
 pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     let d = qp.data();
     let signaled = wr.flags.signaled || d.sig_all;
-    let mut inner = d.inner.lock();
+    let mut inner = lock(qp);
     let kind = match wr.op {
         SendOp::Send => SendKind::Send,
         SendOp::SendWithInv { rkey } => SendKind::SendWithInv { rkey },
@@ -306,7 +394,14 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
         },
         SendOp::RegMr { mr, key, access } => {
             if inner.state == QpState::Error {
-                complete_local(qp, wr.wr_id, true, WcOpcode::RegMr, WcStatus::WrFlushErr);
+                complete_local(
+                    qp,
+                    &mut inner,
+                    wr.wr_id,
+                    true,
+                    WcOpcode::RegMr,
+                    WcStatus::WrFlushErr,
+                );
                 return Ok(());
             }
             // Local operations run in order: with nothing queued before them they run now.
@@ -317,12 +412,19 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
                 Ok(()) => WcStatus::Success,
                 Err(_) => WcStatus::LocProtErr,
             };
-            complete_local(qp, wr.wr_id, signaled, WcOpcode::RegMr, status);
+            complete_local(qp, &mut inner, wr.wr_id, signaled, WcOpcode::RegMr, status);
             return Ok(());
         }
         SendOp::LocalInv { rkey } => {
             if inner.state == QpState::Error {
-                complete_local(qp, wr.wr_id, true, WcOpcode::LocalInv, WcStatus::WrFlushErr);
+                complete_local(
+                    qp,
+                    &mut inner,
+                    wr.wr_id,
+                    true,
+                    WcOpcode::LocalInv,
+                    WcStatus::WrFlushErr,
+                );
                 return Ok(());
             }
             if !inner.sq.is_empty() || inner.state != QpState::Rts {
@@ -332,7 +434,14 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
                 Ok(()) => WcStatus::Success,
                 Err(_) => WcStatus::LocProtErr,
             };
-            complete_local(qp, wr.wr_id, signaled, WcOpcode::LocalInv, status);
+            complete_local(
+                qp,
+                &mut inner,
+                wr.wr_id,
+                signaled,
+                WcOpcode::LocalInv,
+                status,
+            );
             return Ok(());
         }
     };
@@ -368,11 +477,12 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     };
     match inner.state {
         QpState::Error => {
-            let _ = cq::push(
+            let up = cq::queue(
                 qp.send_cq(),
                 flush_wc(qp, wr.wr_id, kind.wc_opcode()),
                 false,
             );
+            inner.up_send.add(up);
             Ok(())
         }
         QpState::Rts => inner.sq.push(entry).map_err(|_| ENOMEM),
@@ -392,10 +502,11 @@ pub(crate) fn post_recv(qp: &Qp<Rsiw>, wr: &RecvWr<'_>) -> Result {
         sges,
         num_sge,
     };
-    let mut inner = d.inner.lock();
+    let mut inner = lock(qp);
     match inner.state {
         QpState::Error => {
-            let _ = cq::push(qp.recv_cq(), flush_wc(qp, wr.wr_id, WcOpcode::Recv), false);
+            let up = cq::queue(qp.recv_cq(), flush_wc(qp, wr.wr_id, WcOpcode::Recv), false);
+            inner.up_recv.add(up);
             Ok(())
         }
         QpState::Init | QpState::Rtr | QpState::Rts => inner.rq.push(entry).map_err(|_| ENOMEM),

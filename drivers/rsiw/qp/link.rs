@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The hand-off from the connection manager to the data path.
+//!
+//! When MPA negotiation succeeds, the connection manager ([`crate::cm`]) moves the QP to RTS
+//! and stores a [`Link`] in it: the connected TCP socket, the negotiated MPA parameters, and the
+//! endpoint that owns the connection's teardown. The link stays in the QP until the connection
+//! ends; then it is taken out again ([`detach`]) and the QP is in ERROR.
+//!
+//! # Who does what
+//!
+//! - The connection manager owns the socket's upcall handler. Its `data_ready` and
+//!   `write_space` upcalls, once the link is attached, call [`rx_ready`] and [`tx_space`] here
+//!   (softirq context, socket lock held for `data_ready`): that is where the receive and
+//!   transmit paths hook in. TCP state changes and socket errors stay with the connection
+//!   manager, which reports them to `iw_cm`.
+//! - The data path gets the socket with [`socket`] (a counted reference; it must not be dropped
+//!   in atomic context) and sends with it from process context.
+//! - The data path reports the end of the connection with [`llp_closed`] (the peer closed the
+//!   stream in a way the receive path noticed first) or [`fatal`] (a protocol error, after it
+//!   sent its Terminate): both may be called from any context; the connection manager then
+//!   closes the socket, moves the QP to ERROR and sends the `iw_cm` events.
+//! - [`Negotiated`] says what the data path must do on the wire: CRC in both directions when
+//!   `crc`, Markers on transmit when `markers_tx` and expected on receive when `markers_rx`,
+//!   the ORD and IRD in force, and for the peer-to-peer model: the initiator sends `rtr_send` as
+//!   its first FPDU, the responder checks the first inbound FPDU against `rtr_accept` (see
+//!   [`crate::proto::negotiate::check_first_fpdu`]) before it transmits anything.
+
+#![deny(unsafe_code)]
+
+use super::QpData;
+use crate::{cm::Conn, device::Rsiw, proto::negotiate::Negotiated};
+use kernel::{
+    ksock::{LockedSock, Sock, TcpSocket},
+    prelude::*,
+    rdma::qp::{Qp, QpState},
+    sync::Arc,
+};
+
+/// Which side of the MPA exchange this end was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Sent the MPA Request (active side, `iw_connect`).
+    Initiator,
+    /// Answered it (passive side, `iw_accept`).
+    Responder,
+}
+
+/// An established connection, stored in the QP while it is in RTS (or closing).
+pub(crate) struct Link {
+    /// The connected TCP socket.
+    pub(crate) socket: Arc<TcpSocket>,
+    /// What MPA negotiation agreed on.
+    pub(crate) negotiated: Negotiated,
+    /// Which side of the negotiation we were.
+    pub(crate) role: Role,
+    /// The connection manager's endpoint, which tears the connection down.
+    pub(crate) conn: Arc<Conn>,
+}
+
+/// Attaches `link` to `qp` and moves it to RTS.
+///
+/// Fails with `ECONNABORTED` if the QP is not in INIT or RTR (the ULP moved it to ERROR or
+/// destroyed it meanwhile) or already has a link.
+pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
+    let mut inner = super::lock(qp);
+    if inner.link.is_some() || !matches!(inner.state, QpState::Init | QpState::Rtr) {
+        return Err(kernel::ksock::errno::econnaborted());
+    }
+    let n = &link.negotiated;
+    inner.ord = u32::from(n.ord).min(super::MAX_IRD_ORD);
+    inner.ird = u32::from(n.ird).min(super::MAX_IRD_ORD);
+    inner.link = Some(link);
+    inner.state = QpState::Rts;
+    Ok(())
+}
+
+/// Takes the link out of `qp` and moves the QP to ERROR (flushing its queues).
+///
+/// The caller drops the returned link in process context (it may hold the last reference on
+/// the socket).
+pub(crate) fn detach(qp: &Qp<Rsiw>) -> Option<Link> {
+    let mut inner = super::lock(qp);
+    let link = inner.link.take();
+    super::enter_error(qp, &mut inner);
+    link
+}
+
+/// The QP's connected socket, if it has a link.
+///
+/// The reference must be dropped in process context.
+#[expect(
+    dead_code,
+    reason = "called by the transmit and receive paths, which come next"
+)]
+pub(crate) fn socket(qp: &Qp<Rsiw>) -> Option<Arc<TcpSocket>> {
+    qp.data()
+        .inner
+        .lock()
+        .link
+        .as_ref()
+        .map(|l| l.socket.clone())
+}
+
+/// The negotiated MPA parameters, if the QP has a link.
+#[expect(
+    dead_code,
+    reason = "called by the transmit and receive paths, which come next"
+)]
+pub(crate) fn negotiated(qp: &Qp<Rsiw>) -> Option<(Negotiated, Role)> {
+    qp.data()
+        .inner
+        .lock()
+        .link
+        .as_ref()
+        .map(|l| (l.negotiated, l.role))
+}
+
+/// The data path saw the peer end the stream: the connection manager closes the connection.
+///
+/// May be called from any context.
+#[expect(dead_code, reason = "called by the receive path, which comes next")]
+pub(crate) fn llp_closed(qp: &Qp<Rsiw>) {
+    if let Some(conn) = conn_of(qp.data()) {
+        conn.llp_closed();
+    }
+}
+
+/// The data path hit a fatal error (after sending any Terminate): the connection manager
+/// aborts the connection.
+///
+/// May be called from any context.
+#[expect(
+    dead_code,
+    reason = "called by the transmit and receive paths, which come next"
+)]
+pub(crate) fn fatal(qp: &Qp<Rsiw>) {
+    if let Some(conn) = conn_of(qp.data()) {
+        conn.abort();
+    }
+}
+
+fn conn_of(d: &QpData) -> Option<Arc<Conn>> {
+    d.inner.lock().link.as_ref().map(|l| l.conn.clone())
+}
+
+/// Data arrived on the socket of `qp`'s link (softirq context, socket locked): the receive
+/// path reads it here with [`LockedSock::read_sock`].
+///
+/// Until the receive path exists the data stays queued in the socket.
+pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
+    let _ = (qp, sk);
+}
+
+/// The socket of `qp`'s link has room again after a send came back with `EAGAIN` (softirq
+/// context): the transmit path resumes here.
+pub(crate) fn tx_space(qp: &Qp<Rsiw>, sk: &Sock) {
+    let _ = (qp, sk);
+}

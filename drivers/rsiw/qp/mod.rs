@@ -374,6 +374,34 @@ fn complete_local(
     }
 }
 
+/// Runs a local operation (registration, invalidation) at post time and completes it.
+///
+/// Local operations run in order: in RTS with nothing queued before them they run now; in
+/// ERROR they are flushed.
+fn run_local(
+    qp: &Qp<Rsiw>,
+    inner: &mut QpInner,
+    wr_id: u64,
+    signaled: bool,
+    opcode: WcOpcode,
+    run: impl FnOnce() -> bool,
+) -> Result {
+    if inner.state == QpState::Error {
+        complete_local(qp, inner, wr_id, true, opcode, WcStatus::WrFlushErr);
+        return Ok(());
+    }
+    if !inner.sq.is_empty() || inner.state != QpState::Rts {
+        return Err(EINVAL);
+    }
+    let status = if run() {
+        WcStatus::Success
+    } else {
+        WcStatus::LocProtErr
+    };
+    complete_local(qp, inner, wr_id, signaled, opcode, status);
+    Ok(())
+}
+
 /// `ib_post_send` for one work request.
 pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     let d = qp.data();
@@ -393,56 +421,13 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
             invalidate_local,
         },
         SendOp::RegMr { mr, key, access } => {
-            if inner.state == QpState::Error {
-                complete_local(
-                    qp,
-                    &mut inner,
-                    wr.wr_id,
-                    true,
-                    WcOpcode::RegMr,
-                    WcStatus::WrFlushErr,
-                );
-                return Ok(());
-            }
-            // Local operations run in order: with nothing queued before them they run now.
-            if !inner.sq.is_empty() || inner.state != QpState::Rts {
-                return Err(EINVAL);
-            }
-            let status = match mem::register(mr, key, access) {
-                Ok(()) => WcStatus::Success,
-                Err(_) => WcStatus::LocProtErr,
-            };
-            complete_local(qp, &mut inner, wr.wr_id, signaled, WcOpcode::RegMr, status);
-            return Ok(());
+            let run = || mem::register(mr, key, access).is_ok();
+            return run_local(qp, &mut inner, wr.wr_id, signaled, WcOpcode::RegMr, run);
         }
         SendOp::LocalInv { rkey } => {
-            if inner.state == QpState::Error {
-                complete_local(
-                    qp,
-                    &mut inner,
-                    wr.wr_id,
-                    true,
-                    WcOpcode::LocalInv,
-                    WcStatus::WrFlushErr,
-                );
-                return Ok(());
-            }
-            if !inner.sq.is_empty() || inner.state != QpState::Rts {
-                return Err(EINVAL);
-            }
-            let status = match mem::invalidate(qp.device(), qp.pd().as_raw() as usize, rkey) {
-                Ok(()) => WcStatus::Success,
-                Err(_) => WcStatus::LocProtErr,
-            };
-            complete_local(
-                qp,
-                &mut inner,
-                wr.wr_id,
-                signaled,
-                WcOpcode::LocalInv,
-                status,
-            );
-            return Ok(());
+            let pd = qp.pd().as_raw() as usize;
+            let run = || mem::invalidate(qp.device(), pd, rkey).is_ok();
+            return run_local(qp, &mut inner, wr.wr_id, signaled, WcOpcode::LocalInv, run);
         }
     };
     let max_sge = if matches!(kind, SendKind::Read { .. }) {

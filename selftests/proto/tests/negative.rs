@@ -5,13 +5,13 @@
 mod common;
 use common::{encode, frame, hex, receive, rx, HwCrc};
 use proptest::prelude::*;
-use rsiw_proto::soft_crc::SoftCrc32c;
 use rsiw_proto::proto::ddp::{check_tagged, DdpHdr, DdpRx, StagLookup, TaggedHdr, UntaggedHdr};
 use rsiw_proto::proto::error::{
     DdpTagged, DdpUntagged, Layer, MpaCode, RdmapOperation, RdmapProtection, TermError,
 };
 use rsiw_proto::proto::fpdu::{RxConfig, RxError, RxStream, Segmenter, TxError, TxOp, TxStream};
 use rsiw_proto::proto::rdmap::{TermParseError, Terminate, TERM_MAX_LEN};
+use rsiw_proto::soft_crc::SoftCrc32c;
 
 fn untagged(ctrl: u8, rdmap: u8, inv: u32, qn: u32, msn: u32, mo: u32) -> Vec<u8> {
     let mut v = vec![ctrl, rdmap];

@@ -5,7 +5,6 @@
 mod common;
 use common::{encode, hex, receive, rx, HwCrc};
 use rsiw_proto::proto::crc::{checksum, from_wire, to_wire, Crc32c, CRC32C_INIT};
-use rsiw_proto::soft_crc::SoftCrc32c;
 use rsiw_proto::proto::ddp::DdpHdr;
 use rsiw_proto::proto::error::{DdpUntagged, MpaCode, TermError};
 use rsiw_proto::proto::fpdu::{mulpdu, pad_len, TxOp, TxStream};
@@ -13,6 +12,7 @@ use rsiw_proto::proto::mpa::{
     EnhancedData, FrameKind, MpaFrame, MpaHeader, RtrSet, KEY_REP, KEY_REQ,
 };
 use rsiw_proto::proto::rdmap::{Opcode, ReadRequest, TermControl, Terminate};
+use rsiw_proto::soft_crc::SoftCrc32c;
 
 fn send(msn: u32) -> TxOp {
     TxOp::Send {

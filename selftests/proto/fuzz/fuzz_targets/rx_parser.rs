@@ -5,9 +5,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rsiw_proto::soft_crc::SoftCrc32c;
 use rsiw_proto::proto::ddp::{DdpHdr, DdpRx};
 use rsiw_proto::proto::fpdu::{RxConfig, RxEvent, RxStream};
+use rsiw_proto::soft_crc::SoftCrc32c;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&opts, rest)) = data.split_first() else {

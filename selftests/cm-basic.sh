@@ -42,7 +42,7 @@ stop_bg() {
 }
 ns=cmns
 inns() { ip netns exec $ns "$@"; }
-trap 'stop_bg; ulp_unload; inns rdma link delete siw1 2>/dev/null; ip netns del $ns 2>/dev/null; cleanup' EXIT
+trap 'stop_bg; ulp_unload; inns rdma link delete siw1 2>/dev/null; ip netns del $ns 2>/dev/null; cleanup; modprobe -r siw 2>/dev/null' EXIT
 
 tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
 tap_check "load siw" modprobe siw || tap_bail "cannot load siw"
@@ -140,6 +140,8 @@ tap_check "stop the ULP server" ulp_ctl stop
 tap_check "rmmod rsiw_ulp" ulp_unload
 tap_check "rdma link delete siw1" inns rdma link delete siw1
 tap_check "rdma link delete rsiw0" rdma_link_del rsiw0
+# After rsiw0 is gone: unloading siw unregisters every device with the siw driver id.
+tap_check "unload siw" modprobe -r siw
 check_no_splat "no kernel splat"
 check_kmemleak "no leak"
 tap_done

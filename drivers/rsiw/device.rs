@@ -9,7 +9,7 @@ use crate::{
     mem::{self, MrData, StagTable},
     qp::{self, QpData},
 };
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{
     c_str,
     irqlock::SpinLockIrq,
@@ -74,6 +74,8 @@ pub(crate) struct DeviceData {
     /// Live memory regions by STag index.
     #[pin]
     pub(crate) stags: SpinLockIrq<StagTable>,
+    /// Set once the netdev's unregistration started the device's own.
+    removing: AtomicBool,
     /// Live queue pairs, bounded by [`qp::MAX_QP`].
     num_qp: AtomicU32,
     /// Live memory regions, bounded by [`mem::MAX_MR`].
@@ -397,6 +399,7 @@ impl LinkHandler for Links {
                 "rsiw::DeviceData::qps"
             ),
             stags <- new_spinlock_irq!(stag_table, "rsiw::DeviceData::stags"),
+            removing: AtomicBool::new(false),
             num_qp: AtomicU32::new(0),
             num_mr: AtomicU32::new(0),
             num_pd: AtomicU32::new(0),
@@ -443,12 +446,16 @@ impl netdev::Notifier for NetdevEvents {
                 dev.dispatch_port_event(PORT, PortEvent::GidChange);
             }
             netdev::Event::Unregister => {
-                pr_info!(
-                    "{}: netdev {} is going away, removing device\n",
-                    dev.name(),
-                    ndev.name()
-                );
-                Device::unregister_queued(dev);
+                // The kernel repeats this event while the netdev still has references (the
+                // device's own until its unregistration finishes): act on the first only.
+                if !dev.data().removing.swap(true, Ordering::AcqRel) {
+                    pr_info!(
+                        "{}: netdev {} is going away, removing device\n",
+                        dev.name(),
+                        ndev.name()
+                    );
+                    Device::unregister_queued(dev);
+                }
             }
             _ => {}
         }

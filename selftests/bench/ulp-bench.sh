@@ -5,12 +5,12 @@
 # diagnostics). make bench runs the same command for longer. Skipped when the
 # device has no QPs (max_qp 0).
 # timeout: 600
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$(dirname "$0")/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 require rdma ibv_devinfo
 
-# shellcheck source=ulp/ulp.sh
-. "$(dirname "$0")/ulp/ulp.sh"
+# shellcheck source=../ulp/ulp.sh
+. "$(dirname "$0")/../ulp/ulp.sh"
 
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:12 ip=198.18.0.1 port=20887
 BENCH_SECS=${BENCH_SECS:-1}

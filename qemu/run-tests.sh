@@ -217,8 +217,12 @@ for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO; do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
 done
 start=$(date +%s)
-vm_start "$run/console.log" --rwdir "$run" -- \
-	env "${env_args[@]}" "$RSIW_ROOT/qemu/guest-runner.sh" "$run" "${tests[@]}"
+boot() {
+	vm_start "$run/console.log" --rwdir "$run" -- \
+		env "${env_args[@]}" "$RSIW_ROOT/qemu/guest-runner.sh" "$run" "${tests[@]}"
+}
+boot
+boots=1
 trap 'vm_stop; exit 130' INT TERM
 
 # Follow the guest through the results directory: each test's "started" and
@@ -255,6 +259,17 @@ while ((i < ${#tests[@]})); do
 		sleep 1
 		[ -f "$dir/exit" ] && continue
 		reason="the VM exited (crash or panic?) before $name finished"
+	fi
+	if [ -n "$reason" ] && ((i == 0 && boots == 1)) && [ ! -f "$dir/started" ]; then
+		# Under TCG the guest very rarely dies while booting (seen once: an int3 oops in
+		# early text patching). Nothing of ours ran yet, so boot once more; the first
+		# console stays in console.boot1.log.
+		echo "# the VM failed before the first test started ($reason); booting once more"
+		vm_stop
+		mv "$run/console.log" "$run/console.boot1.log"
+		boot
+		boots=2 reason="" phase_start=$(date +%s)
+		continue
 	fi
 	if [ -n "$reason" ]; then
 		break

@@ -34,7 +34,8 @@ ulp_setup() {
 		tap_skip "ULP tests on $dev" "$dev reports max_qp 0: $RSIW_MODULE has no QPs yet (RSIW_MODULE=siw RSIW_LINK_TYPE=siw runs them against the C siw)"
 		tap_done
 	fi
-	if ! rsiw_is_reference && dmesg | grep -q "rsiw: the RDMAP/DDP data path is not implemented yet"; then
+	# (Not `dmesg | grep -q`: with pipefail, grep's early exit can fail the pipeline.)
+	if ! rsiw_is_reference && [[ $(dmesg) == *"rsiw: the RDMAP/DDP data path is not implemented yet"* ]]; then
 		tap_skip "ULP tests on $dev" "$RSIW_MODULE says its data path is not implemented yet (RSIW_MODULE=siw RSIW_LINK_TYPE=siw runs them against the C siw)"
 		tap_done
 	fi

@@ -474,13 +474,8 @@ impl<T: Driver> Registry<T> {
         })
     }
 
-    /// Finds the registered device bound to `netdev`.
-    pub fn find_by_netdev(&self, netdev: &NetDevice) -> Option<ARef<Device<T>>> {
-        self.find(|dev| dev.is_on(netdev))
-    }
-
     /// Finds a registered device for which `pred` holds.
-    pub fn find(&self, pred: impl Fn(&Device<T>) -> bool) -> Option<ARef<Device<T>>> {
+    fn find(&self, pred: impl Fn(&Device<T>) -> bool) -> Option<ARef<Device<T>>> {
         let devices = self.devices.lock();
         for ptr in devices.iter() {
             // SAFETY: Entries are alive until `dealloc_driver` removes them under this lock.
@@ -493,11 +488,6 @@ impl<T: Driver> Registry<T> {
             return Some(unsafe { ARef::from_raw(ptr.0) });
         }
         None
-    }
-
-    /// Number of devices registered (including ones being unregistered).
-    pub fn count(&self) -> usize {
-        self.devices.lock().len()
     }
 
     /// Allocates, sets up and registers a device named `name` on port 1 of `netdev`.

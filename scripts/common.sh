@@ -19,16 +19,19 @@ kernel_version() {
 }
 
 # Where the configured and built tree lives: keyed by kernel version and config.
+# RSIW_KDIR overrides it (e.g. to keep working on one tree while another builds).
 kernel_dir() {
 	local key
+	if [ -n "${RSIW_KDIR:-}" ]; then echo "$RSIW_KDIR"; return; fi
 	key=$( { kernel_version; echo "vng $VNG_VERSION"; cat "$RSIW_ROOT/qemu/rsiw.config"; } | sha256sum | cut -c1-12)
 	echo "$RSIW_CACHE/linux-$(kernel_version)-$key"
 }
 
-# Serializes everything that writes the cached kernel tree (wiring rust/, kernel
-# and module builds), so parallel make invocations cannot interleave.
+# Serializes everything that writes one cached kernel tree (wiring rust/, kernel
+# and module builds), so parallel make invocations cannot interleave. Trees of
+# other configurations keep their own lock.
 lock_kernel_tree() {
 	mkdir -p "$RSIW_CACHE"
-	exec 9>"$RSIW_CACHE/kernel-tree.lock"
+	exec 9>"$(kernel_dir).lock"
 	flock 9
 }

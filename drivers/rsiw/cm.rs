@@ -375,6 +375,8 @@ fn establish(
     };
     link::attach(qp, l)?;
     conn.state.lock().qp = Some(qp.clone());
+    // FPDUs that arrived with or right after the MPA frames are already queued.
+    sock.kick_data_ready();
     pr_debug!(
         "rsiw: QP {} in RTS: MPA rev {} crc {} markers tx {} rx {} ird {} ord {}\n",
         qp.qpn(),

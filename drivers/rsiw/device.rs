@@ -23,7 +23,7 @@ use kernel::{
             PortPhysState, PortState, Registry,
         },
         link::{HandlerSlot, LinkHandler},
-        mr::{Mr, MrKeys, MrType},
+        mr::{AllMemory, KernelRange, Mr, MrKeys, MrType},
         qp::{Qp, QpInitAttr, QpModify, QpQuery, QpRef, RecvWr, SendWr},
         udata::UserData,
         verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
@@ -173,9 +173,13 @@ impl rdma_dev::Driver for Rsiw {
         dev.data().qps.lock().by_qpn.get(&qpn).cloned()
     }
 
-    fn get_dma_mr(pd: &Pd<Self>, access: u32) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
+    fn get_dma_mr(
+        pd: &Pd<Self>,
+        access: u32,
+        memory: AllMemory,
+    ) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
         take_slot(&pd.device().data().num_mr, mem::MAX_MR)?;
-        mem::get_dma_mr(pd, access).inspect_err(|_| {
+        mem::get_dma_mr(pd, access, memory).inspect_err(|_| {
             pd.device().data().num_mr.fetch_sub(1, Ordering::AcqRel);
         })
     }
@@ -200,8 +204,8 @@ impl rdma_dev::Driver for Rsiw {
         mem::map_begin(mr)
     }
 
-    fn mr_set_page(mr: &Mr<Self>, addr: u64) -> Result {
-        mem::set_page(mr, addr)
+    fn mr_set_page(mr: &Mr<Self>, page: KernelRange) -> Result {
+        mem::set_page(mr, page)
     }
 
     fn alloc_pd(dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result<impl PinInit<(), Error>> {

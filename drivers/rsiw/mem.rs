@@ -16,7 +16,11 @@ use kernel::{
     prelude::*,
     rdma::{
         eopnotsupp,
-        mr::{Mr, MrKeys, MrType, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE},
+        mr::{
+            AllMemory, KernelRange, Mr, MrKeys, MrType, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
+            ACCESS_REMOTE_WRITE,
+        },
+        qp::Sge,
         verbs::Pd,
     },
     sync::Arc,
@@ -29,21 +33,30 @@ pub(crate) const MAX_MR: u32 = 1 << 16;
 pub(crate) const MAX_FRWR_PAGES: u32 = 512;
 
 /// What an MR covers.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
     /// All kernel memory, addressed by kernel virtual address.
-    Dma,
+    Dma(AllMemory),
     /// Pages set by `map_mr_sg`, made valid by `IB_WR_REG_MR`.
     Frwr,
+}
+
+impl Kind {
+    fn is_dma(&self) -> bool {
+        matches!(self, Kind::Dma(_))
+    }
 }
 
 struct MrState {
     key: u8,
     valid: bool,
     access: u32,
-    /// Runs of contiguous pages: (DMA address, length).
-    runs: KVVec<(u64, u64)>,
+    /// Runs of contiguous pages of the valid registration.
+    runs: KVec<Option<KernelRange>>,
     nruns: usize,
+    /// Runs `map_mr_sg` set up for the next `IB_WR_REG_MR` (a consumer may map while the
+    /// previous registration is still valid, with its invalidation queued).
+    mapped: KVec<Option<KernelRange>>,
+    nmapped: usize,
     iova: u64,
     length: u64,
     page_size: u32,
@@ -61,10 +74,6 @@ pub(crate) struct MrShared {
 
 /// Why a tagged access was refused, mapped to RDMAP/DDP errors by the data path.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[allow(
-    dead_code,
-    reason = "read by the transmit and receive paths, which come next"
-)]
 pub(crate) enum AccessError {
     /// No valid region has this STag (index, key or invalidated).
     InvalidStag,
@@ -74,6 +83,10 @@ pub(crate) enum AccessError {
     Rights,
     /// The access leaves the registered bounds.
     Bounds,
+    /// Tagged Offset plus length wraps past 2^64.
+    ToWrap,
+    /// The memory cannot be reached (an address outside what the region maps).
+    Fault,
 }
 
 impl MrShared {
@@ -82,20 +95,16 @@ impl MrShared {
         self.index << 8 | u32::from(key)
     }
 
-    #[expect(
-        dead_code,
-        reason = "read by the transmit and receive paths, which come next"
-    )]
     /// Checks a tagged access of `len` bytes at `addr` with `rights` by a QP in PD `pd`.
-    pub(crate) fn check(
+    fn check_locked(
         &self,
+        st: &MrState,
         stag: u32,
         pd: usize,
         rights: u32,
         addr: u64,
         len: u64,
     ) -> Result<(), AccessError> {
-        let st = self.state.lock();
         if !st.valid || self.stag(st.key) != stag {
             return Err(AccessError::InvalidStag);
         }
@@ -105,8 +114,8 @@ impl MrShared {
         if st.access & rights != rights {
             return Err(AccessError::Rights);
         }
-        if self.kind == Kind::Frwr {
-            let end = addr.checked_add(len).ok_or(AccessError::Bounds)?;
+        let end = addr.checked_add(len).ok_or(AccessError::ToWrap)?;
+        if !self.kind.is_dma() {
             let reg_end = st.iova.checked_add(st.length).ok_or(AccessError::Bounds)?;
             if addr < st.iova || end > reg_end {
                 return Err(AccessError::Bounds);
@@ -115,10 +124,65 @@ impl MrShared {
         Ok(())
     }
 
+    /// Checks an access of `len` bytes at `addr` (a Tagged Offset, or an SGE's address) with
+    /// `rights` by a QP in PD `pd` under key `stag`, and if it is allowed calls `f` with the
+    /// kernel memory it covers, in order, while the region cannot be invalidated.
+    ///
+    /// `f` returning an error stops the walk; that error is returned as [`MapError::Copy`].
+    pub(crate) fn access(
+        &self,
+        stag: u32,
+        pd: usize,
+        rights: u32,
+        addr: u64,
+        len: u64,
+        mut f: impl FnMut(KernelRange) -> Result,
+    ) -> Result<(), MapError> {
+        let st = self.state.lock();
+        self.check_locked(&st, stag, pd, rights, addr, len)
+            .map_err(MapError::Access)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let fault = MapError::Access(AccessError::Fault);
+        match &self.kind {
+            Kind::Dma(all) => {
+                let n = usize::try_from(len).map_err(|_| fault)?;
+                f(all.range(addr, n).map_err(|_| fault)?).map_err(MapError::Copy)
+            }
+            Kind::Frwr => {
+                // Offset into the runs: the region starts `iova % page_size` into them.
+                let lead = st.iova % u64::from(st.page_size.max(1));
+                let mut skip = addr - st.iova + lead;
+                let mut left = len;
+                for run in st.runs.iter().take(st.nruns).flatten() {
+                    if left == 0 {
+                        break;
+                    }
+                    let rlen = run.len() as u64;
+                    if skip >= rlen {
+                        skip -= rlen;
+                        continue;
+                    }
+                    let n = (rlen - skip).min(left);
+                    // Both fit in `usize`: they are at most the run's length.
+                    let part = run.sub(skip as usize, n as usize).map_err(|_| fault)?;
+                    f(part).map_err(MapError::Copy)?;
+                    left -= n;
+                    skip = 0;
+                }
+                if left != 0 {
+                    return Err(fault);
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Invalidates the region if `stag` names it, as a local or remote invalidate does.
     pub(crate) fn invalidate(&self, stag: u32) -> Result<(), AccessError> {
         let mut st = self.state.lock();
-        if self.stag(st.key) != stag || self.kind == Kind::Dma {
+        if self.stag(st.key) != stag || self.kind.is_dma() {
             return Err(AccessError::InvalidStag);
         }
         st.valid = false;
@@ -179,10 +243,12 @@ fn new_mr(
     max_pages: u32,
 ) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
     let dev = pd.device();
-    let runs = KVVec::from_elem((0u64, 0u64), max_pages as usize, GFP_KERNEL)?;
+    // kmalloc memory: the last reference may be dropped in atomic context.
+    let runs = KVec::from_elem(None, max_pages as usize, GFP_KERNEL)?;
+    let mapped = KVec::from_elem(None, max_pages as usize, GFP_KERNEL)?;
+    let valid = kind.is_dma();
     let mut table = dev.data().stags.lock();
     let index = table.free_index().ok_or(ENOSPC)?;
-    let valid = kind == Kind::Dma;
     let shared = Arc::pin_init(
         pin_init!(MrShared {
             index: index as u32,
@@ -195,6 +261,8 @@ fn new_mr(
                     access,
                     runs,
                     nruns: 0,
+                    mapped,
+                    nmapped: 0,
                     iova: 0,
                     length: 0,
                     page_size: 0,
@@ -222,8 +290,9 @@ fn new_mr(
 pub(crate) fn get_dma_mr(
     pd: &Pd<Rsiw>,
     access: u32,
+    memory: AllMemory,
 ) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
-    new_mr(pd, Kind::Dma, access, 0)
+    new_mr(pd, Kind::Dma(memory), access, 0)
 }
 
 /// `alloc_mr`: a fast-registration region of up to `max_num_sg` runs of pages.
@@ -251,51 +320,56 @@ pub(crate) fn dereg_mr(mr: &Mr<Rsiw>) {
     }
 }
 
-/// `map_mr_sg` starts.
+/// `map_mr_sg` starts: the mapping for the next registration is built aside; the valid one
+/// (if any) stays in force until it is invalidated.
 pub(crate) fn map_begin(mr: &Mr<Rsiw>) -> Result {
-    let mut st = mr.data().shared.state.lock();
-    if st.valid {
-        // A valid region must be invalidated before it is mapped again.
-        return Err(EINVAL);
-    }
-    st.nruns = 0;
+    mr.data().shared.state.lock().nmapped = 0;
     Ok(())
 }
 
 /// `map_mr_sg` adds a page, merging it into the previous run when contiguous.
-pub(crate) fn set_page(mr: &Mr<Rsiw>, addr: u64) -> Result {
-    let page_size = u64::from(mr.mapping().2);
+pub(crate) fn set_page(mr: &Mr<Rsiw>, page: KernelRange) -> Result {
     let mut st = mr.data().shared.state.lock();
-    let n = st.nruns;
-    if let Some(last) = n.checked_sub(1).and_then(|i| st.runs.get_mut(i)) {
-        if last.0.checked_add(last.1) == Some(addr) {
-            last.1 = last.1.checked_add(page_size).ok_or(EINVAL)?;
+    let n = st.nmapped;
+    if let Some(Some(last)) = n.checked_sub(1).and_then(|i| st.mapped.get_mut(i)) {
+        if let Some(merged) = last.merge(&page) {
+            *last = merged;
             return Ok(());
         }
     }
-    let slot = st.runs.get_mut(n).ok_or(ENOMEM)?;
-    *slot = (addr, page_size);
-    st.nruns = n + 1;
+    let slot = st.mapped.get_mut(n).ok_or(ENOMEM)?;
+    *slot = Some(page);
+    st.nmapped = n + 1;
     Ok(())
 }
 
-/// Executes `IB_WR_REG_MR`: makes `mr` valid under `key` with `access`.
-pub(crate) fn register(mr: &Mr<Rsiw>, key: u32, access: u32) -> Result {
-    let shared = &mr.data().shared;
-    if key >> 8 != shared.index || shared.kind != Kind::Frwr {
+/// The part of `mr` the data path keeps.
+pub(crate) fn shared_of(mr: &Mr<Rsiw>) -> Arc<MrShared> {
+    mr.data().shared.clone()
+}
+
+/// Executes `IB_WR_REG_MR`: makes the region valid under `key` with `access`, over the
+/// mapping (`iova`, `length`, `page_size`) `map_mr_sg` set up before the post.
+pub(crate) fn register(
+    shared: &MrShared,
+    key: u32,
+    access: u32,
+    (iova, length, page_size): (u64, u64, u32),
+) -> Result {
+    if key >> 8 != shared.index || shared.kind.is_dma() {
         return Err(EINVAL);
     }
-    let (iova, length, page_size) = mr.mapping();
     let mut st = shared.state.lock();
     if st.valid {
         return Err(EINVAL);
     }
     // The region starts `iova % page_size` bytes into the first page and must fit the runs.
     let covered = st
-        .runs
+        .mapped
         .iter()
-        .take(st.nruns)
-        .try_fold(0u64, |acc, r| acc.checked_add(r.1))
+        .take(st.nmapped)
+        .flatten()
+        .try_fold(0u64, |acc, r| acc.checked_add(r.len() as u64))
         .ok_or(EINVAL)?;
     if page_size == 0 {
         return Err(EINVAL);
@@ -304,6 +378,11 @@ pub(crate) fn register(mr: &Mr<Rsiw>, key: u32, access: u32) -> Result {
     if lead.checked_add(length).ok_or(EINVAL)? > covered {
         return Err(EINVAL);
     }
+    let st = &mut *st;
+    for (d, s) in st.runs.iter_mut().zip(st.mapped.iter().take(st.nmapped)) {
+        *d = *s;
+    }
+    st.nruns = st.nmapped;
     st.key = key as u8;
     st.access = access;
     st.iova = iova;
@@ -328,14 +407,68 @@ pub(crate) fn invalidate(
 }
 
 /// Rights a tagged Write needs.
-#[expect(
-    dead_code,
-    reason = "read by the transmit and receive paths, which come next"
-)]
 pub(crate) const RIGHTS_WRITE: u32 = ACCESS_REMOTE_WRITE;
 /// Rights a tagged Read needs.
-#[expect(
-    dead_code,
-    reason = "read by the transmit and receive paths, which come next"
-)]
 pub(crate) const RIGHTS_READ: u32 = ACCESS_REMOTE_READ;
+/// Rights placing received data into a local buffer needs.
+pub(crate) const RIGHTS_LOCAL_WRITE: u32 = ACCESS_LOCAL_WRITE;
+/// Rights reading a local buffer to send it needs (every valid region allows it).
+pub(crate) const RIGHTS_LOCAL_READ: u32 = 0;
+
+/// Why an access through a region failed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum MapError {
+    /// The region refused the access.
+    Access(AccessError),
+    /// The caller's function failed.
+    Copy(Error),
+}
+
+/// Walks the kernel memory behind `len` bytes at offset `off` of the message the SGEs in `sges`
+/// describe, resolving each through its lkey in PD `pd` with `rights`, and calls `f` with each
+/// piece and its offset in the message.
+pub(crate) fn walk_sges(
+    dev: &kernel::rdma::device::Device<Rsiw>,
+    pd: usize,
+    sges: &[Sge],
+    rights: u32,
+    off: u64,
+    len: u64,
+    mut f: impl FnMut(u64, KernelRange) -> Result,
+) -> Result<(), MapError> {
+    let mut skip = off;
+    let mut left = len;
+    let mut pos = off;
+    for sge in sges {
+        if left == 0 {
+            break;
+        }
+        let slen = u64::from(sge.length);
+        if skip >= slen {
+            skip -= slen;
+            continue;
+        }
+        let n = (slen - skip).min(left);
+        let mr = lookup(dev, sge.lkey).ok_or(MapError::Access(AccessError::InvalidStag))?;
+        let addr = sge
+            .addr
+            .checked_add(skip)
+            .ok_or(MapError::Access(AccessError::ToWrap))?;
+        mr.access(sge.lkey, pd, rights, addr, n, |r| {
+            let at = pos;
+            pos += r.len() as u64;
+            f(at, r)
+        })?;
+        left -= n;
+        skip = 0;
+    }
+    if left != 0 {
+        return Err(MapError::Access(AccessError::Bounds));
+    }
+    Ok(())
+}
+
+/// Total length of the SGEs in `sges`, or `None` if it overflows 32 bits.
+pub(crate) fn sges_len(sges: &[Sge]) -> Option<u32> {
+    sges.iter().try_fold(0u32, |a, s| a.checked_add(s.length))
+}

@@ -7,13 +7,13 @@
 use kernel::prelude::*;
 
 /// A FIFO of at most `capacity` entries, allocated once.
-pub(crate) struct Ring<T: Copy> {
+pub(crate) struct Ring<T: Clone> {
     slots: KVVec<Option<T>>,
     head: usize,
     len: usize,
 }
 
-impl<T: Copy> Ring<T> {
+impl<T: Clone> Ring<T> {
     /// An empty ring with room for `capacity` (at least one) entries.
     pub(crate) fn new(capacity: u32) -> Result<Self> {
         let slots = KVVec::from_elem(None, capacity.max(1) as usize, GFP_KERNEL)?;
@@ -22,6 +22,32 @@ impl<T: Copy> Ring<T> {
             head: 0,
             len: 0,
         })
+    }
+
+    /// How many entries are queued.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The oldest entry.
+    pub(crate) fn front(&self) -> Option<&T> {
+        if self.len == 0 {
+            return None;
+        }
+        self.slots.get(self.head).and_then(Option::as_ref)
+    }
+
+    /// The oldest entry, mutable.
+    pub(crate) fn front_mut(&mut self) -> Option<&mut T> {
+        if self.len == 0 {
+            return None;
+        }
+        self.slots.get_mut(self.head).and_then(Option::as_mut)
+    }
+
+    /// Drops every entry.
+    pub(crate) fn clear(&mut self) {
+        while self.pop().is_some() {}
     }
 
     /// Whether nothing is queued.

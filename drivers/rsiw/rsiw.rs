@@ -44,8 +44,6 @@ impl kernel::Module for RsiwModule {
             GFP_KERNEL,
         )?;
         pr_info!("loaded; create devices with 'rdma link add NAME type rsiw netdev DEV'\n");
-        // Tests key on this line: connections establish, but nothing moves over them yet.
-        pr_info!("the RDMAP/DDP data path is not implemented yet\n");
         Ok(Self {
             _link: link,
             _netdev_events: netdev_events,

@@ -860,11 +860,18 @@ pub(crate) fn reg_mr(c: &mut Conn, p: &Params, stale: bool) -> TResult {
     let d = c.wait(WR_DATA + 1, STEP_MS);
     match d {
         Ok(d) if d.status != WcStatus::Success => Ok(()),
-        Ok(_) => Err(fail(
-            "a WRITE under the invalidated key succeeded (key)",
-            k1.into(),
-            0,
-        )),
+        Ok(_) => {
+            // An iWARP Write completes once it is sent; the peer refuses it with a Terminate
+            // that ends the connection, so the next request must fail.
+            match c.call(Msg::new(Kind::Verify, [0; 5])) {
+                Ok(_) => Err(fail(
+                    "a WRITE under the invalidated key was accepted (key)",
+                    k1.into(),
+                    0,
+                )),
+                Err(_) => Ok(()),
+            }
+        }
         Err(f) => Err(f),
     }
 }

@@ -63,15 +63,26 @@ pub(crate) struct Link {
 /// Fails with `ECONNABORTED` if the QP is not in INIT or RTR (the ULP moved it to ERROR or
 /// destroyed it meanwhile) or already has a link.
 pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
-    let mut inner = super::lock(qp);
-    if inner.link.is_some() || !matches!(inner.state, QpState::Init | QpState::Rtr) {
-        return Err(kernel::ksock::errno::econnaborted());
+    let sess = super::Session {
+        tx: super::tx::TxState::new(&link.negotiated, link.role, link.socket.mss()),
+        rx: super::rx::RxState::new(&link.negotiated),
+        term: None,
+        term_sent: false,
+    };
+    {
+        let mut inner = super::lock(qp);
+        if inner.link.is_some() || !matches!(inner.state, QpState::Init | QpState::Rtr) {
+            return Err(kernel::ksock::errno::econnaborted());
+        }
+        let n = &link.negotiated;
+        inner.ord = u32::from(n.ord).min(super::MAX_IRD_ORD);
+        inner.ird = u32::from(n.ird).min(super::MAX_IRD_ORD);
+        inner.link = Some(link);
+        inner.sess = Some(sess);
+        inner.state = QpState::Rts;
+        // The initiator's RTR, or work posted while the connection was set up.
+        super::tx::kick(qp, &mut inner);
     }
-    let n = &link.negotiated;
-    inner.ord = u32::from(n.ord).min(super::MAX_IRD_ORD);
-    inner.ird = u32::from(n.ird).min(super::MAX_IRD_ORD);
-    inner.link = Some(link);
-    inner.state = QpState::Rts;
     Ok(())
 }
 
@@ -86,40 +97,13 @@ pub(crate) fn detach(qp: &Qp<Rsiw>) -> Option<Link> {
     link
 }
 
-/// The QP's connected socket, if it has a link.
-///
-/// The reference must be dropped in process context.
-#[expect(
-    dead_code,
-    reason = "called by the transmit and receive paths, which come next"
-)]
-pub(crate) fn socket(qp: &Qp<Rsiw>) -> Option<Arc<TcpSocket>> {
-    qp.data()
-        .inner
-        .lock()
-        .link
-        .as_ref()
-        .map(|l| l.socket.clone())
-}
-
-/// The negotiated MPA parameters, if the QP has a link.
-#[expect(
-    dead_code,
-    reason = "called by the transmit and receive paths, which come next"
-)]
-pub(crate) fn negotiated(qp: &Qp<Rsiw>) -> Option<(Negotiated, Role)> {
-    qp.data()
-        .inner
-        .lock()
-        .link
-        .as_ref()
-        .map(|l| (l.negotiated, l.role))
-}
-
 /// The data path saw the peer end the stream: the connection manager closes the connection.
 ///
 /// May be called from any context.
-#[expect(dead_code, reason = "called by the receive path, which comes next")]
+#[expect(
+    dead_code,
+    reason = "the receive path leaves stream ends to the connection manager"
+)]
 pub(crate) fn llp_closed(qp: &Qp<Rsiw>) {
     if let Some(conn) = conn_of(qp.data()) {
         conn.llp_closed();
@@ -130,10 +114,6 @@ pub(crate) fn llp_closed(qp: &Qp<Rsiw>) {
 /// aborts the connection.
 ///
 /// May be called from any context.
-#[expect(
-    dead_code,
-    reason = "called by the transmit and receive paths, which come next"
-)]
 pub(crate) fn fatal(qp: &Qp<Rsiw>) {
     if let Some(conn) = conn_of(qp.data()) {
         conn.abort();
@@ -145,15 +125,13 @@ fn conn_of(d: &QpData) -> Option<Arc<Conn>> {
 }
 
 /// Data arrived on the socket of `qp`'s link (softirq context, socket locked): the receive
-/// path reads it here with [`LockedSock::read_sock`].
-///
-/// Until the receive path exists the data stays queued in the socket.
+/// path reads it.
 pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
-    let _ = (qp, sk);
+    super::rx::rx_ready(qp, sk);
 }
 
-/// The socket of `qp`'s link has room again after a send came back with `EAGAIN` (softirq
-/// context): the transmit path resumes here.
+/// The socket of `qp`'s link has room again (softirq context). The transmit work blocks in the
+/// socket while it is full, so it needs no wake-up from here.
 pub(crate) fn tx_space(qp: &Qp<Rsiw>, sk: &Sock) {
     let _ = (qp, sk);
 }

@@ -3,18 +3,27 @@
 //! Queue pairs: creation limits, the RDMAP state machine as verbs see it, the send and
 //! receive queues, and flushing.
 //!
-//! Work requests posted in RTS wait in the send queue for the transmit path. Posts in ERROR
-//! complete at once with `IB_WC_WR_FLUSH_ERR`, after everything queued earlier (entering ERROR
-//! flushes both queues under the same lock), which is what `ib_drain_qp` relies on.
+//! Work requests posted in RTS wait in the send queue for the transmit path ([`tx`]), which
+//! runs them in order (local registration and invalidation included). A work request stays at
+//! the head of its queue until it completes, so entering ERROR flushes everything not yet
+//! completed, in order, under the same lock as the data path. Posts in ERROR complete at once
+//! with `IB_WC_WR_FLUSH_ERR`, after everything queued earlier, which is what `ib_drain_qp`
+//! relies on.
+//!
+//! One lock ([`QpData::inner`]) covers the queues, the connection's protocol state and every
+//! access to consumer memory: the receive path places data and the transmit path copies it out
+//! while holding it, so once a work request is flushed its buffers are never touched again.
 
 #![deny(unsafe_code)]
 
 use crate::{cq, device::Rsiw, mem};
 
 pub(crate) mod link;
+mod rx;
+mod tx;
 use kernel::{
     irqlock::{SpinLockIrq, SpinLockIrqBackend},
-    new_spinlock_irq,
+    new_mutex, new_spinlock_irq,
     prelude::*,
     rdma::{
         enotconn, eopnotsupp,
@@ -24,6 +33,7 @@ use kernel::{
         verbs::{WcOpcode, WcStatus, WorkCompletion},
     },
     sync::lock::Guard,
+    sync::{Arc, Mutex},
 };
 
 /// Most QPs per device.
@@ -40,11 +50,7 @@ pub(crate) const MAX_INLINE: u32 = 128;
 pub(crate) const MAX_IRD_ORD: u32 = 128;
 
 /// A send queue entry: the work request, copied at post time.
-#[derive(Clone, Copy)]
-#[expect(
-    dead_code,
-    reason = "read by the transmit and receive paths, which come next"
-)]
+#[derive(Clone)]
 pub(crate) struct SendEntry {
     pub(crate) wr_id: u64,
     pub(crate) op: SendKind,
@@ -64,9 +70,8 @@ pub(crate) struct InlineData {
     pub(crate) bytes: [u8; MAX_INLINE as usize],
 }
 
-/// The operation of a queued send work request (local registration operations run at post
-/// time and are not queued).
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// The operation of a queued send work request.
+#[derive(Clone)]
 pub(crate) enum SendKind {
     Send,
     SendWithInv {
@@ -81,24 +86,33 @@ pub(crate) enum SendKind {
         rkey: u32,
         invalidate_local: bool,
     },
+    /// `IB_WR_REG_MR`, with the mapping `map_mr_sg` set up before the post.
+    RegMr {
+        mr: Arc<mem::MrShared>,
+        key: u32,
+        access: u32,
+        mapping: (u64, u64, u32),
+    },
+    /// `IB_WR_LOCAL_INV`.
+    LocalInv {
+        rkey: u32,
+    },
 }
 
 impl SendKind {
-    fn wc_opcode(self) -> WcOpcode {
+    fn wc_opcode(&self) -> WcOpcode {
         match self {
             SendKind::Send | SendKind::SendWithInv { .. } => WcOpcode::Send,
             SendKind::Write { .. } => WcOpcode::RdmaWrite,
             SendKind::Read { .. } => WcOpcode::RdmaRead,
+            SendKind::RegMr { .. } => WcOpcode::RegMr,
+            SendKind::LocalInv { .. } => WcOpcode::LocalInv,
         }
     }
 }
 
 /// A receive queue entry.
 #[derive(Clone, Copy)]
-#[expect(
-    dead_code,
-    reason = "read by the transmit and receive paths, which come next"
-)]
 pub(crate) struct RecvEntry {
     pub(crate) wr_id: u64,
     pub(crate) sges: [Sge; MAX_SGE as usize],
@@ -111,6 +125,33 @@ const NO_SGE: Sge = Sge {
     lkey: 0,
 };
 
+/// An outstanding RDMA Read we sent (outbound read queue, bounded by the ORD).
+#[derive(Clone, Copy)]
+pub(crate) struct OrqEntry {
+    pub(crate) wr_id: u64,
+    pub(crate) signaled: bool,
+    /// The local sink (the work request's only SGE); its lkey is the sink STag on the wire.
+    pub(crate) sink: Sge,
+    pub(crate) invalidate_local: bool,
+    /// The zero-length Read sent as the peer-to-peer RTR: completes without a work completion.
+    pub(crate) rtr: bool,
+    /// Bytes of the Read Response placed so far.
+    pub(crate) placed: u32,
+}
+
+/// An RDMA Read Request the peer sent, waiting for (or in) its response (inbound read queue,
+/// bounded by the IRD).
+#[derive(Clone)]
+pub(crate) struct IrqEntry {
+    pub(crate) sink_stag: u32,
+    pub(crate) sink_to: u64,
+    pub(crate) size: u32,
+    pub(crate) src_stag: u32,
+    pub(crate) src_to: u64,
+    /// The source region, checked when the request arrived (`None` for zero length).
+    pub(crate) src: Option<Arc<mem::MrShared>>,
+}
+
 struct QpInner {
     state: QpState,
     access: u32,
@@ -118,12 +159,34 @@ struct QpInner {
     ird: u32,
     sq: crate::ring::Ring<SendEntry>,
     rq: crate::ring::Ring<RecvEntry>,
+    orq: crate::ring::Ring<OrqEntry>,
+    irq: crate::ring::Ring<IrqEntry>,
+    /// The receive work request a multi-segment Send is being placed into (taken from the
+    /// head of `rq`; flushed first on ERROR).
+    cur_recv: Option<RecvEntry>,
     /// The connection, from RTS until it is closed.
     link: Option<link::Link>,
+    /// Wire state of the connection (with `link`).
+    sess: Option<Session>,
+    /// Whether the transmit work is queued or running, and whether it must look again.
+    tx_scheduled: bool,
+    tx_again: bool,
     /// Consumer upcalls owed by completions queued under the lock; [`Locked`] delivers them
     /// once the lock is dropped.
     up_send: cq::Upcalls,
     up_recv: cq::Upcalls,
+    /// An asynchronous event to report once the lock is dropped.
+    up_event: Option<QpEvent>,
+}
+
+/// Protocol state of one connection, created when the QP enters RTS.
+pub(crate) struct Session {
+    pub(crate) tx: tx::TxState,
+    pub(crate) rx: rx::RxState,
+    /// A Terminate to send; once set, nothing else is sent and nothing more is received.
+    pub(crate) term: Option<crate::proto::rdmap::Terminate>,
+    /// The Terminate went out (or cannot): the connection is being aborted.
+    pub(crate) term_sent: bool,
 }
 
 /// The QP state locked; on drop, the lock is released first and then the consumer upcalls that
@@ -140,6 +203,7 @@ struct Deliver<'a> {
     qp: &'a Qp<Rsiw>,
     send: cq::Upcalls,
     recv: cq::Upcalls,
+    event: Option<QpEvent>,
 }
 
 /// Locks `qp`'s state.
@@ -150,6 +214,7 @@ fn lock(qp: &Qp<Rsiw>) -> Locked<'_> {
             qp,
             send: cq::Upcalls::default(),
             recv: cq::Upcalls::default(),
+            event: None,
         },
     }
 }
@@ -172,6 +237,7 @@ impl Drop for Locked<'_> {
     fn drop(&mut self) {
         self.after.send = core::mem::take(&mut self.guard.up_send);
         self.after.recv = core::mem::take(&mut self.guard.up_recv);
+        self.after.event = self.guard.up_event.take();
     }
 }
 
@@ -179,6 +245,9 @@ impl Drop for Deliver<'_> {
     fn drop(&mut self) {
         self.send.deliver(self.qp.send_cq());
         self.recv.deliver(self.qp.recv_cq());
+        if let Some(e) = self.event.take() {
+            self.qp.report_event(e);
+        }
     }
 }
 
@@ -190,6 +259,9 @@ pub(crate) struct QpData {
     has_srq: bool,
     #[pin]
     inner: SpinLockIrq<QpInner>,
+    /// The transmit path's buffer: FPDUs are built here under `inner`, then sent without it.
+    #[pin]
+    stage: Mutex<KVVec<u8>>,
 }
 
 /// Validates a create request, fits `attr.cap` to what the QP provides, and builds its data.
@@ -227,9 +299,16 @@ pub(crate) fn create(attr: &mut QpInitAttr) -> Result<impl PinInit<QpData, Error
         ird: MAX_IRD_ORD,
         sq: crate::ring::Ring::new(cap.max_send_wr)?,
         rq: crate::ring::Ring::new(cap.max_recv_wr)?,
+        orq: crate::ring::Ring::new(MAX_IRD_ORD)?,
+        irq: crate::ring::Ring::new(MAX_IRD_ORD)?,
+        cur_recv: None,
         link: None,
+        sess: None,
+        tx_scheduled: false,
+        tx_again: false,
         up_send: cq::Upcalls::default(),
         up_recv: cq::Upcalls::default(),
+        up_event: None,
     };
     let (sig_all, has_srq) = (attr.sig_all, attr.has_srq);
     Ok(try_pin_init!(QpData {
@@ -237,6 +316,7 @@ pub(crate) fn create(attr: &mut QpInitAttr) -> Result<impl PinInit<QpData, Error
         sig_all,
         has_srq,
         inner <- new_spinlock_irq!(inner, "rsiw::QpData::inner"),
+        stage <- new_mutex!(KVVec::new(), "rsiw::QpData::stage"),
     }))
 }
 
@@ -251,20 +331,38 @@ fn flush_wc(qp: &Qp<Rsiw>, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
     }
 }
 
-/// Moves the QP to ERROR and completes everything queued with `IB_WC_WR_FLUSH_ERR`.
+/// Moves the QP to ERROR and completes everything not yet completed with
+/// `IB_WC_WR_FLUSH_ERR`, oldest first: outstanding Reads (posted before anything still in the
+/// send queue), then the send queue; the receive being filled, then the receive queue.
 fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) {
     let was_error = inner.state == QpState::Error;
     inner.state = QpState::Error;
+    inner.sess = None;
+    while let Some(e) = inner.orq.pop() {
+        if !e.rtr {
+            let up = cq::queue(
+                qp.send_cq(),
+                flush_wc(qp, e.wr_id, WcOpcode::RdmaRead),
+                false,
+            );
+            inner.up_send.add(up);
+        }
+    }
+    inner.irq.clear();
     while let Some(e) = inner.sq.pop() {
         let up = cq::queue(qp.send_cq(), flush_wc(qp, e.wr_id, e.op.wc_opcode()), false);
         inner.up_send.add(up);
+    }
+    if let Some(e) = inner.cur_recv.take() {
+        let up = cq::queue(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
+        inner.up_recv.add(up);
     }
     while let Some(e) = inner.rq.pop() {
         let up = cq::queue(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
         inner.up_recv.add(up);
     }
     if !was_error && qp.data().has_srq {
-        qp.report_event(QpEvent::LastWqeReached);
+        inner.up_event = Some(QpEvent::LastWqeReached);
     }
 }
 
@@ -352,56 +450,6 @@ fn copy_sges(list: &[Sge], max: u32) -> Result<([Sge; MAX_SGE as usize], u8)> {
     Ok((sges, list.len() as u8))
 }
 
-/// Completes a local operation (registration, invalidation) that ran at post time.
-fn complete_local(
-    qp: &Qp<Rsiw>,
-    inner: &mut QpInner,
-    wr_id: u64,
-    signaled: bool,
-    opcode: WcOpcode,
-    status: WcStatus,
-) {
-    if signaled || status != WcStatus::Success {
-        let wc = WorkCompletion {
-            wr_id,
-            status,
-            opcode,
-            byte_len: 0,
-            qp: qp.handle(),
-            invalidated_rkey: None,
-        };
-        inner.up_send.add(cq::queue(qp.send_cq(), wc, false));
-    }
-}
-
-/// Runs a local operation (registration, invalidation) at post time and completes it.
-///
-/// Local operations run in order: in RTS with nothing queued before them they run now; in
-/// ERROR they are flushed.
-fn run_local(
-    qp: &Qp<Rsiw>,
-    inner: &mut QpInner,
-    wr_id: u64,
-    signaled: bool,
-    opcode: WcOpcode,
-    run: impl FnOnce() -> bool,
-) -> Result {
-    if inner.state == QpState::Error {
-        complete_local(qp, inner, wr_id, true, opcode, WcStatus::WrFlushErr);
-        return Ok(());
-    }
-    if !inner.sq.is_empty() || inner.state != QpState::Rts {
-        return Err(EINVAL);
-    }
-    let status = if run() {
-        WcStatus::Success
-    } else {
-        WcStatus::LocProtErr
-    };
-    complete_local(qp, inner, wr_id, signaled, opcode, status);
-    Ok(())
-}
-
 /// `ib_post_send` for one work request.
 pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     let d = qp.data();
@@ -420,16 +468,15 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
             rkey,
             invalidate_local,
         },
-        SendOp::RegMr { mr, key, access } => {
-            let run = || mem::register(mr, key, access).is_ok();
-            return run_local(qp, &mut inner, wr.wr_id, signaled, WcOpcode::RegMr, run);
-        }
-        SendOp::LocalInv { rkey } => {
-            let pd = qp.pd().as_raw() as usize;
-            let run = || mem::invalidate(qp.device(), pd, rkey).is_ok();
-            return run_local(qp, &mut inner, wr.wr_id, signaled, WcOpcode::LocalInv, run);
-        }
+        SendOp::RegMr { mr, key, access } => SendKind::RegMr {
+            mr: mem::shared_of(mr),
+            key,
+            access,
+            mapping: mr.mapping(),
+        },
+        SendOp::LocalInv { rkey } => SendKind::LocalInv { rkey },
     };
+    let local = matches!(kind, SendKind::RegMr { .. } | SendKind::LocalInv { .. });
     let max_sge = if matches!(kind, SendKind::Read { .. }) {
         MAX_SGE_RD
     } else {
@@ -445,11 +492,12 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     } else {
         None
     };
-    let (sges, num_sge) = if inline.is_some() {
+    let (sges, num_sge) = if inline.is_some() || local {
         ([NO_SGE; MAX_SGE as usize], 0)
     } else {
         copy_sges(wr.sges, max_sge)?
     };
+    let opcode = kind.wc_opcode();
     let entry = SendEntry {
         wr_id: wr.wr_id,
         op: kind,
@@ -462,15 +510,15 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     };
     match inner.state {
         QpState::Error => {
-            let up = cq::queue(
-                qp.send_cq(),
-                flush_wc(qp, wr.wr_id, kind.wc_opcode()),
-                false,
-            );
+            let up = cq::queue(qp.send_cq(), flush_wc(qp, wr.wr_id, opcode), false);
             inner.up_send.add(up);
             Ok(())
         }
-        QpState::Rts => inner.sq.push(entry).map_err(|_| ENOMEM),
+        QpState::Rts => {
+            inner.sq.push(entry).map_err(|_| ENOMEM)?;
+            tx::kick(qp, &mut inner);
+            Ok(())
+        }
         _ => Err(enotconn()),
     }
 }
@@ -496,5 +544,22 @@ pub(crate) fn post_recv(qp: &Qp<Rsiw>, wr: &RecvWr<'_>) -> Result {
         }
         QpState::Init | QpState::Rtr | QpState::Rts => inner.rq.push(entry).map_err(|_| ENOMEM),
         _ => Err(EINVAL),
+    }
+}
+
+/// Completes the send work request at the head of the send queue (successfully, or with
+/// `status`), if it is signalled or failed.
+fn complete_sq_head(qp: &Qp<Rsiw>, inner: &mut QpInner, status: WcStatus) {
+    let Some(e) = inner.sq.pop() else { return };
+    if e.signaled || status != WcStatus::Success {
+        let wc = WorkCompletion {
+            wr_id: e.wr_id,
+            status,
+            opcode: e.op.wc_opcode(),
+            byte_len: 0,
+            qp: qp.handle(),
+            invalidated_rkey: None,
+        };
+        inner.up_send.add(cq::queue(qp.send_cq(), wc, false));
     }
 }

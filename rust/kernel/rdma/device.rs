@@ -244,7 +244,11 @@ pub trait Driver: Sized + 'static {
     fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<QpRef<Self>>;
 
     /// Creates the data of a DMA MR (all of kernel memory) with `access` (`IB_ACCESS_*`).
-    fn get_dma_mr(pd: &Pd<Self>, access: u32) -> Result<(impl PinInit<Self::Mr, Error>, MrKeys)>;
+    fn get_dma_mr(
+        pd: &Pd<Self>,
+        access: u32,
+        memory: super::mr::AllMemory,
+    ) -> Result<(impl PinInit<Self::Mr, Error>, MrKeys)>;
 
     /// Creates the data of an MR for fast registration of up to `max_num_sg` pages.
     fn alloc_mr(
@@ -259,8 +263,8 @@ pub trait Driver: Sized + 'static {
     /// `map_mr_sg` starts: forget the previous page list.
     fn mr_map_begin(mr: &Mr<Self>) -> Result;
 
-    /// `map_mr_sg` adds the page at DMA address `addr`.
-    fn mr_set_page(mr: &Mr<Self>, addr: u64) -> Result;
+    /// `map_mr_sg` adds a page (`page_size` bytes of the consumer's mapped memory).
+    fn mr_set_page(mr: &Mr<Self>, page: super::mr::KernelRange) -> Result;
 
     /// Sets up a user context; may write a driver-specific response to `udata`.
     fn alloc_ucontext(_dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result {

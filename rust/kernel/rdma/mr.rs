@@ -130,6 +130,43 @@ impl KernelRange {
         })
     }
 
+    /// The first address, for comparing ranges (e.g. to merge adjacent ones).
+    pub fn addr(&self) -> u64 {
+        // CAST: `usize` is at most 64 bits wide.
+        self.addr as u64
+    }
+
+    /// The range covering `self` and then `next`, if `next` starts where `self` ends.
+    pub fn merge(&self, next: &KernelRange) -> Option<KernelRange> {
+        if self.addr.checked_add(self.len)? != next.addr {
+            return None;
+        }
+        // INVARIANT: Both parts are valid for as long as their registrations are.
+        Some(Self {
+            addr: self.addr,
+            len: self.len.checked_add(next.len)?,
+        })
+    }
+
+    /// Calls `f` with the range's bytes.
+    ///
+    /// The consumer may change the memory meanwhile only if it breaks the verbs contract; the
+    /// bytes are then unspecified, but reading them is still memory-safe.
+    pub fn with_slice<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        // SAFETY: By the type invariant the range is valid kernel memory of `len` bytes.
+        f(unsafe { core::slice::from_raw_parts(self.addr as *const u8, self.len) })
+    }
+
+    /// Calls `f` with the range's bytes, writable.
+    ///
+    /// The consumer granted the range for the device to write (local write access or a remote
+    /// access right checked by the driver) and does not touch it until the operation completes.
+    pub fn with_slice_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        // SAFETY: By the type invariant the range is valid kernel memory of `len` bytes that
+        // the consumer handed to the device.
+        f(unsafe { core::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) })
+    }
+
     /// Copies `src` into the start of the range.
     pub fn write(&self, src: &[u8]) -> Result {
         if src.len() > self.len {
@@ -150,6 +187,26 @@ impl KernelRange {
             core::ptr::copy_nonoverlapping(self.addr as *const u8, dst.as_mut_ptr(), dst.len())
         };
         Ok(())
+    }
+}
+
+/// Proof that a consumer asked for a DMA memory region (`get_dma_mr`): local access to all
+/// kernel memory, addressed by DMA address, which for a virtual-DMA device is the kernel
+/// virtual address.
+///
+/// Only the core's `get_dma_mr` callback creates one. The driver keeps it with the region and
+/// resolves addresses of work requests that use the region's key with [`AllMemory::range`].
+pub struct AllMemory(());
+
+impl AllMemory {
+    /// The `len` bytes at DMA address `addr` of the region.
+    ///
+    /// The consumer that created the region hands the device only addresses it mapped with
+    /// `ib_dma_map_*` and keeps them valid until the work requests using them complete.
+    pub fn range(&self, addr: u64, len: usize) -> Result<KernelRange> {
+        // SAFETY: Holding `self` shows the consumer registered all kernel memory for this
+        // device; addresses under the region's key are its mapped buffers (see above).
+        unsafe { KernelRange::new(addr, len) }
     }
 }
 
@@ -196,7 +253,7 @@ impl<T: Driver> Adapter<T> {
     ) -> *mut bindings::ib_mr {
         // SAFETY: `ibpd` is a live PD of ours.
         let pd = unsafe { &*ibpd.cast::<Pd<T>>() };
-        Self::finish_mr(ibpd, T::get_dma_mr(pd, access as u32))
+        Self::finish_mr(ibpd, T::get_dma_mr(pd, access as u32, AllMemory(())))
     }
 
     /// Callback for the C side.
@@ -282,7 +339,15 @@ impl<T: Driver> Adapter<T> {
     unsafe extern "C" fn set_page(ibmr: *mut bindings::ib_mr, addr: u64) -> crate::ffi::c_int {
         // SAFETY: Called by `ib_sg_to_pages` for an MR of ours.
         let mr = unsafe { &*ibmr.cast::<Mr<T>>() };
-        match T::mr_set_page(mr, addr) {
+        let page_size = mr.mapping().2 as usize;
+        // SAFETY: `ib_sg_to_pages` passes the DMA address of a page of the scatterlist the
+        // consumer mapped for this device and is registering in `mr`; the driver uses the range
+        // only while the registration is valid.
+        let page = match unsafe { KernelRange::new(addr, page_size) } {
+            Ok(r) => r,
+            Err(e) => return e.to_errno(),
+        };
+        match T::mr_set_page(mr, page) {
             Ok(()) => 0,
             Err(e) => e.to_errno(),
         }

@@ -1,0 +1,637 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The transmit path: RDMAP messages to FPDUs on the connection's TCP socket.
+//!
+//! Posting only queues work; one work item per QP ([`kick`]) does the sending, in process
+//! context, so that it may sleep in the socket. Each round of the work item takes the QP lock,
+//! builds up to [`BATCH`] bytes of FPDUs into the QP's staging buffer (copying the payload out
+//! of the consumer's memory and computing the CRC over the copy), completes what it finished,
+//! drops the lock and hands the buffer to TCP with one `sendmsg`.
+//!
+//! What goes first: a pending Terminate (then nothing else), the initiator's RTR, Read
+//! Responses the peer is owed (oldest first), then the send queue in order. A Read Request
+//! waits for a free ORD slot, a fenced work request for every outstanding Read to complete,
+//! and a responder that expects an RTR sends nothing until it arrived.
+
+#![deny(unsafe_code)]
+
+use super::{complete_sq_head, link, lock, IrqEntry, OrqEntry, QpInner, SendKind, MAX_SGE};
+use crate::{
+    crc::KernelCrc32c,
+    device::Rsiw,
+    mem,
+    proto::{
+        ddp::DdpTx,
+        fpdu::{mulpdu, FpduTx, Segmenter, TxOp, TxPiece, TxStream, MULPDU_MAX},
+        mpa::RtrType,
+        negotiate::Negotiated,
+        rdmap::{ReadRequest, Terminate, QN_READ_REQUEST, QN_SEND, QN_TERMINATE},
+    },
+};
+use kernel::{
+    ksock::{IoSlice, SendFlags, TcpSocket},
+    prelude::*,
+    rdma::{
+        qp::{Qp, QpRef, QpState},
+        verbs::WcStatus,
+    },
+    sync::Arc,
+    workqueue,
+};
+
+/// Bytes of FPDUs built per round before they are sent.
+const BATCH: usize = 64 * 1024;
+/// Longest FPDU on the wire: the largest ULPDU plus length field, PAD, CRC and Markers.
+const FPDU_WIRE_MAX: usize = MULPDU_MAX as usize + 2 + 3 + 4 + 4 * (MULPDU_MAX as usize / 512 + 2);
+/// Longest Terminate FPDU on the wire (header, longest body, Markers, CRC), rounded up.
+const TERM_WIRE_MAX: usize = 128;
+/// Staging buffer size: a batch may end with one whole FPDU more, and then a Terminate.
+const STAGE_LEN: usize = BATCH + FPDU_WIRE_MAX + TERM_WIRE_MAX;
+
+/// The staging buffer of one round: `buf[..len]` holds whole FPDUs ready to send.
+struct Stage<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl Stage<'_> {
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn room(&self) -> usize {
+        self.buf.len() - self.len
+    }
+
+    fn push(&mut self, b: &[u8]) -> Result<(), BuildError> {
+        let end = self.len.checked_add(b.len()).ok_or(BuildError::Local)?;
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(BuildError::Local)?
+            .copy_from_slice(b);
+        self.len = end;
+        Ok(())
+    }
+
+    fn since(&self, start: usize) -> &[u8] {
+        self.buf.get(start..self.len).unwrap_or(&[])
+    }
+
+    fn filled(&self) -> &[u8] {
+        self.since(0)
+    }
+}
+
+/// What a message in progress draws its payload from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Source {
+    /// The work request at the head of the send queue.
+    SqHead,
+    /// The Read Request at the head of the inbound read queue.
+    IrqHead,
+    /// The Read Request of the work request at the head of the send queue.
+    SqRead,
+    /// A message without a work request (RTR, Terminate).
+    None,
+}
+
+/// A message being cut into FPDUs.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    source: Source,
+    seg: Segmenter,
+}
+
+/// Transmit state of one connection.
+#[derive(Clone, Copy)]
+pub(crate) struct TxState {
+    stream: TxStream,
+    ddp: DdpTx,
+    mulpdu: u16,
+    job: Option<Job>,
+    /// Initiator: the RTR still to send.
+    rtr: Option<RtrType>,
+    /// Responder: hold everything but a Terminate until the peer's first FPDU arrived.
+    pub(crate) await_rtr: bool,
+}
+
+impl TxState {
+    /// The state at the start of Full Operation, FPDUs sized for `mss`.
+    pub(crate) fn new(n: &Negotiated, role: link::Role, mss: u32) -> Self {
+        let initiator = role == link::Role::Initiator;
+        Self {
+            stream: TxStream::new(n.markers_tx, n.crc),
+            ddp: DdpTx::new(),
+            mulpdu: mulpdu(mss, n.markers_tx),
+            job: None,
+            rtr: if initiator { n.rtr_send } else { None },
+            await_rtr: !initiator && !n.rtr_accept.is_empty(),
+        }
+    }
+}
+
+/// Makes sure the transmit work runs (again) for `qp`. Any context; `inner` is `qp`'s state.
+pub(super) fn kick(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+    if inner.tx_scheduled {
+        inner.tx_again = true;
+        return;
+    }
+    let Some(qref) = qp.get_ref() else { return };
+    // The work item holds a QP reference, so `destroy_qp` waits for it to finish.
+    if workqueue::system_unbound()
+        .try_spawn(GFP_ATOMIC, move || run(qref))
+        .is_ok()
+    {
+        inner.tx_scheduled = true;
+        inner.tx_again = false;
+    } else {
+        pr_warn!(
+            "{}: QP {}: no memory to schedule transmission\n",
+            qp.device().name(),
+            qp.qpn()
+        );
+    }
+}
+
+/// What one round produced.
+enum Round {
+    /// Nothing to send; the work item ended.
+    Idle,
+    /// Send the staged bytes; then, if `abort`, end the connection (a Terminate went out).
+    Send { sock: Arc<TcpSocket>, abort: bool },
+}
+
+/// The transmit work item.
+fn run(qp: QpRef<Rsiw>) {
+    let mut buf = qp.data().stage.lock();
+    if buf.len() < STAGE_LEN {
+        if let Ok(b) = KVVec::from_elem(0u8, STAGE_LEN, GFP_KERNEL) {
+            *buf = b;
+        }
+    }
+    if buf.len() < STAGE_LEN {
+        pr_warn!(
+            "{}: QP {}: no memory for the transmit buffer\n",
+            qp.device().name(),
+            qp.qpn()
+        );
+        lock(&qp).tx_scheduled = false;
+        link::fatal(&qp);
+        return;
+    }
+    loop {
+        let mut stage = Stage {
+            buf: &mut buf[..],
+            len: 0,
+        };
+        let round = {
+            let mut g = lock(&qp);
+            let r = fill(&qp, &mut g, &mut stage);
+            if matches!(r, Round::Idle) {
+                if g.tx_again {
+                    g.tx_again = false;
+                    continue;
+                }
+                g.tx_scheduled = false;
+            }
+            r
+        };
+        let Round::Send { sock, abort } = round else {
+            return;
+        };
+        if !stage.is_empty() {
+            if let Err(e) = send_all(&sock, stage.filled()) {
+                pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
+                lock(&qp).tx_scheduled = false;
+                drop(sock);
+                link::fatal(&qp);
+                return;
+            }
+        }
+        drop(sock);
+        if abort {
+            lock(&qp).tx_scheduled = false;
+            link::fatal(&qp);
+            return;
+        }
+    }
+}
+
+/// Sends all of `buf`, blocking while the socket is full.
+fn send_all(sock: &TcpSocket, buf: &[u8]) -> Result {
+    let mut off = 0;
+    while off < buf.len() {
+        let rest = buf.get(off..).ok_or(EINVAL)?;
+        off += sock.send(&[IoSlice::new(rest)], SendFlags::default())?;
+    }
+    Ok(())
+}
+
+/// Why building an FPDU stopped.
+enum BuildError {
+    /// The consumer's memory could not be read (a local protection error).
+    Local,
+    /// The peer's read source is no longer accessible.
+    Remote(mem::AccessError),
+}
+
+/// Builds FPDUs into `stage` until a batch is full or nothing is left to send now.
+fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
+    let sock = match (&inner.link, inner.state) {
+        (Some(l), QpState::Rts) => l.socket.clone(),
+        _ => return Round::Idle,
+    };
+    loop {
+        let Some(sess) = inner.sess.as_mut() else {
+            return Round::Idle;
+        };
+        if sess.term_sent {
+            return Round::Idle;
+        }
+        if let Some(term) = sess.term.take() {
+            sess.term_sent = true;
+            // A Terminate ends the stream: drop a half-built batch's successor, keep what is
+            // staged (whole FPDUs) and append the Terminate.
+            let mut tx = sess.tx;
+            if let Some(msn) = tx.ddp.take_msn(QN_TERMINATE) {
+                if let Ok(seg) = Segmenter::new(TxOp::Terminate { msn, term }, 0, tx.mulpdu) {
+                    let mut job = Job {
+                        source: Source::None,
+                        seg,
+                    };
+                    let _ = emit(
+                        qp,
+                        inner,
+                        &mut tx,
+                        &mut job,
+                        stage,
+                        usize::MAX,
+                        TERM_WIRE_MAX,
+                    );
+                }
+            }
+            return Round::Send { sock, abort: true };
+        }
+        if stage.len >= BATCH {
+            return Round::Send { sock, abort: false };
+        }
+        let mut tx = sess.tx;
+        let mut job = match tx.job.take() {
+            Some(j) => j,
+            None => match next_job(qp, inner, &mut tx) {
+                Some(j) => j,
+                None => {
+                    if let Some(s) = inner.sess.as_mut() {
+                        s.tx = tx;
+                    }
+                    return if stage.is_empty() {
+                        Round::Idle
+                    } else {
+                        Round::Send { sock, abort: false }
+                    };
+                }
+            },
+        };
+        let res = emit(qp, inner, &mut tx, &mut job, stage, BATCH, FPDU_WIRE_MAX);
+        match res {
+            Ok(true) => job_done(qp, inner, job),
+            Ok(false) => tx.job = Some(job),
+            Err(BuildError::Local) => {
+                // The work request names memory it may not use: it fails, and the QP with it
+                // (the message is cut short on the wire, so the stream cannot go on).
+                pr_info!(
+                    "{}: QP {}: send work request with an invalid local buffer\n",
+                    qp.device().name(),
+                    qp.qpn()
+                );
+                if job.source == Source::SqHead {
+                    complete_sq_head(qp, inner, WcStatus::LocProtErr);
+                }
+                if let Some(s) = inner.sess.as_mut() {
+                    s.tx = tx;
+                    s.term = Some(Terminate::for_error(
+                        crate::proto::error::TermError::RdmapCatastrophic,
+                        None,
+                    ));
+                }
+                continue;
+            }
+            Err(BuildError::Remote(e)) => {
+                if let Some(s) = inner.sess.as_mut() {
+                    s.tx = tx;
+                    s.term = Some(Terminate::for_error(super::rx::read_source_error(e), None));
+                }
+                continue;
+            }
+        }
+        if let Some(s) = inner.sess.as_mut() {
+            s.tx = tx;
+        }
+    }
+}
+
+/// Picks the next message to send, or `None` if there is nothing to send now. Local
+/// operations at the head of the send queue run here, in order.
+fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job> {
+    if let Some(t) = tx.rtr.take() {
+        let op = match t {
+            RtrType::Write => TxOp::Write { stag: 0, to: 0 },
+            RtrType::Send => TxOp::Send {
+                msn: tx.ddp.take_msn(QN_SEND)?,
+                solicited: false,
+                invalidate: None,
+            },
+            RtrType::Read => {
+                let rtr = OrqEntry {
+                    wr_id: 0,
+                    signaled: false,
+                    sink: super::NO_SGE,
+                    invalidate_local: false,
+                    rtr: true,
+                    placed: 0,
+                };
+                inner.orq.push(rtr).ok()?;
+                TxOp::ReadRequest {
+                    msn: tx.ddp.take_msn(QN_READ_REQUEST)?,
+                    req: ReadRequest {
+                        sink_stag: 0,
+                        sink_to: 0,
+                        size: 0,
+                        src_stag: 0,
+                        src_to: 0,
+                    },
+                }
+            }
+        };
+        let seg = Segmenter::new(op, 0, tx.mulpdu).ok()?;
+        return Some(Job {
+            source: Source::None,
+            seg,
+        });
+    }
+    if tx.await_rtr {
+        return None;
+    }
+    if let Some(r) = inner.irq.front() {
+        let op = TxOp::ReadResponse {
+            stag: r.sink_stag,
+            to: r.sink_to,
+        };
+        let seg = Segmenter::new(op, r.size, tx.mulpdu).ok()?;
+        return Some(Job {
+            source: Source::IrqHead,
+            seg,
+        });
+    }
+    loop {
+        let e = inner.sq.front()?;
+        if e.fence && !inner.orq.is_empty() {
+            return None;
+        }
+        let len = if let Some(i) = &e.inline {
+            i.len
+        } else {
+            match mem::sges_len(&e.sges[..usize::from(e.num_sge).min(MAX_SGE as usize)]) {
+                Some(l) => l,
+                None => {
+                    complete_sq_head(qp, inner, super::WcStatus::LocLenErr);
+                    continue;
+                }
+            }
+        };
+        let (op, source, len) = match e.op.clone() {
+            SendKind::RegMr {
+                mr,
+                key,
+                access,
+                mapping,
+            } => {
+                let st = match mem::register(&mr, key, access, mapping) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::LocProtErr,
+                };
+                complete_sq_head(qp, inner, st);
+                continue;
+            }
+            SendKind::LocalInv { rkey } => {
+                let pd = qp.pd().as_raw() as usize;
+                let st = match mem::invalidate(qp.device(), pd, rkey) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::LocProtErr,
+                };
+                complete_sq_head(qp, inner, st);
+                continue;
+            }
+            SendKind::Send => (
+                TxOp::Send {
+                    msn: tx.ddp.take_msn(QN_SEND)?,
+                    solicited: e.solicited,
+                    invalidate: None,
+                },
+                Source::SqHead,
+                len,
+            ),
+            SendKind::SendWithInv { rkey } => (
+                TxOp::Send {
+                    msn: tx.ddp.take_msn(QN_SEND)?,
+                    solicited: e.solicited,
+                    invalidate: Some(rkey),
+                },
+                Source::SqHead,
+                len,
+            ),
+            SendKind::Write { remote_addr, rkey } => (
+                TxOp::Write {
+                    stag: rkey,
+                    to: remote_addr,
+                },
+                Source::SqHead,
+                len,
+            ),
+            SendKind::Read {
+                remote_addr, rkey, ..
+            } => {
+                if inner.orq.len() >= inner.ord as usize {
+                    return None;
+                }
+                let sink = if e.num_sge == 0 {
+                    super::NO_SGE
+                } else {
+                    e.sges[0]
+                };
+                (
+                    TxOp::ReadRequest {
+                        msn: tx.ddp.take_msn(QN_READ_REQUEST)?,
+                        req: ReadRequest {
+                            sink_stag: sink.lkey,
+                            sink_to: sink.addr,
+                            size: sink.length,
+                            src_stag: rkey,
+                            src_to: remote_addr,
+                        },
+                    },
+                    Source::SqRead,
+                    0,
+                )
+            }
+        };
+        let seg = match Segmenter::new(op, len, tx.mulpdu) {
+            Ok(s) => s,
+            Err(_) => {
+                complete_sq_head(qp, inner, WcStatus::LocLenErr);
+                continue;
+            }
+        };
+        return Some(Job { source, seg });
+    }
+}
+
+/// A finished message: complete what it completes.
+fn job_done(qp: &Qp<Rsiw>, inner: &mut QpInner, job: Job) {
+    match job.source {
+        Source::IrqHead => {
+            inner.irq.pop();
+        }
+        Source::SqHead => complete_sq_head(qp, inner, WcStatus::Success),
+        Source::None => {}
+        Source::SqRead => {
+            // The Read moves to the outbound read queue; it completes when its response has
+            // arrived.
+            {
+                if let Some(e) = inner.sq.pop() {
+                    if let SendKind::Read {
+                        invalidate_local, ..
+                    } = e.op
+                    {
+                        let o = OrqEntry {
+                            wr_id: e.wr_id,
+                            signaled: e.signaled,
+                            sink: if e.num_sge == 0 {
+                                super::NO_SGE
+                            } else {
+                                e.sges[0]
+                            },
+                            invalidate_local,
+                            rtr: false,
+                            placed: 0,
+                        };
+                        // The ORD check before the request was built left room.
+                        let _ = inner.orq.push(o);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Emits FPDUs of `job` into `stage` while it holds fewer than `limit` bytes and has room
+/// for an FPDU of up to `fpdu_max` bytes. Returns whether the message is complete.
+fn emit(
+    qp: &Qp<Rsiw>,
+    inner: &QpInner,
+    tx: &mut TxState,
+    job: &mut Job,
+    stage: &mut Stage<'_>,
+    limit: usize,
+    fpdu_max: usize,
+) -> Result<bool, BuildError> {
+    let crc = KernelCrc32c;
+    let pd = qp.pd().as_raw() as usize;
+    while !job.seg.is_done() {
+        if stage.len >= limit || stage.room() < fpdu_max {
+            return Ok(false);
+        }
+        let (saved_stream, saved_seg, start) = (tx.stream, job.seg, stage.len);
+        let Some(mut f) = job.seg.next_fpdu(&mut tx.stream) else {
+            break;
+        };
+        let res = build_fpdu(qp, inner, pd, job.source, &mut f, stage, &crc);
+        if let Err(e) = res {
+            stage.len = start;
+            tx.stream = saved_stream;
+            job.seg = saved_seg;
+            return Err(e);
+        }
+    }
+    Ok(true)
+}
+
+/// Appends one FPDU to `stage`, copying its payload from the job's source.
+fn build_fpdu(
+    qp: &Qp<Rsiw>,
+    inner: &QpInner,
+    pd: usize,
+    source: Source,
+    f: &mut FpduTx,
+    stage: &mut Stage<'_>,
+    crc: &KernelCrc32c,
+) -> Result<(), BuildError> {
+    let internal = |_| BuildError::Local;
+    while let Some(p) = f.next_piece(crc).map_err(internal)? {
+        match p {
+            TxPiece::Payload { offset, len } => {
+                let start = stage.len;
+                copy_payload(qp, inner, pd, source, offset, len, stage)?;
+                f.feed_payload(crc, stage.since(start)).map_err(internal)?;
+            }
+            _ => stage.push(f.bytes(&p))?,
+        }
+    }
+    Ok(())
+}
+
+/// Appends `len` payload bytes at `offset` of the message from its source.
+fn copy_payload(
+    qp: &Qp<Rsiw>,
+    inner: &QpInner,
+    pd: usize,
+    source: Source,
+    offset: u32,
+    len: u32,
+    stage: &mut Stage<'_>,
+) -> Result<(), BuildError> {
+    let mut append = |r: kernel::rdma::mr::KernelRange| -> Result {
+        r.with_slice(|b| stage.push(b)).map_err(|_| ENOMEM)
+    };
+    match source {
+        Source::SqHead => {
+            let e = inner.sq.front().ok_or(BuildError::Local)?;
+            if let Some(i) = &e.inline {
+                let s = offset as usize;
+                let b = i.bytes.get(s..s + len as usize).ok_or(BuildError::Local)?;
+                return stage.push(b);
+            }
+            let sges = e
+                .sges
+                .get(..usize::from(e.num_sge))
+                .ok_or(BuildError::Local)?;
+            mem::walk_sges(
+                qp.device(),
+                pd,
+                sges,
+                mem::RIGHTS_LOCAL_READ,
+                u64::from(offset),
+                u64::from(len),
+                |_, r| append(r),
+            )
+            .map_err(|_| BuildError::Local)
+        }
+        Source::IrqHead => {
+            let r: &IrqEntry = inner.irq.front().ok_or(BuildError::Local)?;
+            let mr = r
+                .src
+                .as_ref()
+                .ok_or(BuildError::Remote(mem::AccessError::InvalidStag))?;
+            let at = r
+                .src_to
+                .checked_add(u64::from(offset))
+                .ok_or(BuildError::Remote(mem::AccessError::ToWrap))?;
+            mr.access(r.src_stag, pd, mem::RIGHTS_READ, at, u64::from(len), append)
+                .map_err(|e| match e {
+                    mem::MapError::Access(a) => BuildError::Remote(a),
+                    mem::MapError::Copy(_) => BuildError::Local,
+                })
+        }
+        Source::SqRead | Source::None => Err(BuildError::Local),
+    }
+}

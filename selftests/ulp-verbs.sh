@@ -5,8 +5,9 @@
 # multi-SGE RDMA WRITE, RDMA READ, READ_WITH_INV, inline, zero-length,
 # REG_MR with key rotation, LOCAL_INV; signaled and unsignaled) at sizes 0, 1,
 # 4095, 4096, 65537 and 4 MiB with byte-exact data and guard checks, 64 QPs at
-# once, a reject with private data and teardown with traffic in flight. Each
-# ULP test is one TAP line. Skipped when the device has no QPs (max_qp 0).
+# once, a reject with private data, teardown with traffic in flight, and the
+# MPA modes (Markers, CRC off, revision 1, each RTR type). Each
+# ULP test is one TAP line.
 # timeout: 1500
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -67,6 +68,37 @@ if rsiw_is_reference; then
 		"the C siw does not check the STag key byte"
 else
 	ulp_run "stale_key" "$client test=stale_key"
+fi
+# MPA modes (rsiw's /sys/kernel/debug/rsiw/mpa applies to both ends here):
+# Markers, CRC off, revision 1, and each peer-to-peer RTR type. The counters
+# in the same file show that the connections really negotiated the mode.
+mpa=/sys/kernel/debug/rsiw/mpa
+mpa_count() { awk -v k="$1" 'NR == 2 { for (i = 1; i <= NF; i++) { split($i, f, "="); if (f[1] == k) print f[2] } }' "$mpa"; }
+if rsiw_is_reference; then
+	tap_skip "MPA modes (Markers, CRC off, rev 1, RTR types)" "set through rsiw's debugfs; the C siw uses module parameters"
+else
+	for mode in "markers=1" "crc=0" "rev=1" "rtr=write" "rtr=read" "rtr=send" "markers=1 crc=0 rtr=read"; do
+		tap_check "set MPA mode '$mode'" sh -c "echo 'rev=2 crc=1 markers=0 rtr=none $mode' > $mpa"
+		case $mode in
+		markers=1*) key=markers want=more ;;
+		crc=0) key=crc want=same ;;
+		rev=1) key=rev1 want=more ;;
+		rtr=*) key=rtr_${mode#rtr=} want=more ;;
+		esac
+		est0=$(mpa_count established) k0=$(mpa_count "$key")
+		for t in send write read; do
+			ulp_run "$mode: $t" "$client test=$t size=65537 sge=2"
+		done
+		est1=$(mpa_count established) k1=$(mpa_count "$key")
+		if [ "$want" = more ]; then
+			tap_result "$((k1 - k0 > 0 && k1 - k0 == est1 - est0 ? 0 : 1))" \
+				"'$mode': every connection negotiated $key" "established +$((est1 - est0)), $key +$((k1 - k0))"
+		else
+			tap_result "$((est1 > est0 && k1 == k0 ? 0 : 1))" \
+				"'$mode': connections established without $key" "established +$((est1 - est0)), $key +$((k1 - k0))"
+		fi
+	done
+	tap_check "restore the default MPA mode" sh -c "echo 'rev=2 crc=1 markers=0 rtr=none' > $mpa"
 fi
 ulp_run "64 QPs" "$client test=qps qps=64 size=65537 sge=2"
 ulp_run "teardown in flight" "$client test=teardown"

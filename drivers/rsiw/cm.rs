@@ -253,11 +253,7 @@ fn depth_u8(v: u16) -> u8 {
 }
 
 fn policy(ird: u16, ord: u16) -> MpaPolicy {
-    MpaPolicy {
-        ird,
-        ord,
-        ..MpaPolicy::default()
-    }
+    crate::knobs::policy(ird, ord)
 }
 
 /// Sends all of `bytes`.
@@ -374,6 +370,7 @@ fn establish(
         conn: conn.clone(),
     };
     link::attach(qp, l)?;
+    crate::knobs::count(&negotiated);
     conn.state.lock().qp = Some(qp.clone());
     // FPDUs that arrived with or right after the MPA frames are already queued.
     sock.kick_data_ready();

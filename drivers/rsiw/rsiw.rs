@@ -14,6 +14,7 @@ mod cm;
 mod cq;
 pub mod crc;
 mod device;
+mod knobs;
 mod mem;
 pub mod proto;
 mod qp;
@@ -31,6 +32,7 @@ module! {
 /// Module state. Fields drop in order: first the link type goes (no new devices), and with it
 /// the device registry (every device is unregistered), then the netdev notifier.
 struct RsiwModule {
+    _debugfs: kernel::debugfs::Dir,
     _link: Pin<KBox<link::Registration<device::Links>>>,
     _netdev_events: Pin<KBox<NotifierRegistration<device::NetdevEvents>>>,
 }
@@ -43,8 +45,15 @@ impl kernel::Module for RsiwModule {
             link::Registration::new(device::Links::new(module)),
             GFP_KERNEL,
         )?;
+        let mut debugfs = kernel::debugfs::Dir::new(kernel::c_str!("rsiw"), module)?;
+        debugfs.create_file(
+            kernel::c_str!("mpa"),
+            0o600,
+            kernel::sync::Arc::new(knobs::MpaFile, GFP_KERNEL)?,
+        )?;
         pr_info!("loaded; create devices with 'rdma link add NAME type rsiw netdev DEV'\n");
         Ok(Self {
+            _debugfs: debugfs,
             _link: link,
             _netdev_events: netdev_events,
         })

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Administrator settings for new connections, and counters of what connections negotiated,
+//! in `/sys/kernel/debug/rsiw/mpa`.
+//!
+//! Writing `rev=1|2 crc=0|1 markers=0|1 rtr=none|write|read|send` (any subset, any order)
+//! changes how later connections are negotiated; reading shows the settings and, per outcome,
+//! how many connections reached RTS. The settings live in one atomic word, so the connection
+//! manager reads a consistent set without a lock.
+
+#![deny(unsafe_code)]
+
+use crate::proto::{
+    mpa::{RtrSet, RtrType},
+    negotiate::{MpaPolicy, Negotiated},
+};
+use core::{
+    fmt::Write,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+};
+use kernel::{debugfs::FileHandler, prelude::*};
+
+const REV1: u32 = 1 << 0;
+const NO_CRC: u32 = 1 << 1;
+const MARKERS: u32 = 1 << 2;
+const RTR_SHIFT: u32 = 3;
+const RTR_MASK: u32 = 3 << RTR_SHIFT;
+
+/// The settings word: all zero is the default (revision 2, CRC, no Markers asked for, no RTR).
+static SETTINGS: AtomicU32 = AtomicU32::new(0);
+
+/// Connections that reached RTS, by what they negotiated.
+static ESTABLISHED: AtomicU64 = AtomicU64::new(0);
+static WITH_CRC: AtomicU64 = AtomicU64::new(0);
+static WITH_MARKERS: AtomicU64 = AtomicU64::new(0);
+static WITH_REV1: AtomicU64 = AtomicU64::new(0);
+static WITH_RTR: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+fn rtr_of(settings: u32) -> Option<RtrType> {
+    match (settings & RTR_MASK) >> RTR_SHIFT {
+        1 => Some(RtrType::Write),
+        2 => Some(RtrType::Read),
+        3 => Some(RtrType::Send),
+        _ => None,
+    }
+}
+
+fn rtr_name(t: Option<RtrType>) -> &'static str {
+    match t {
+        None => "none",
+        Some(RtrType::Write) => "write",
+        Some(RtrType::Read) => "read",
+        Some(RtrType::Send) => "send",
+    }
+}
+
+fn rtr_index(t: RtrType) -> usize {
+    match t {
+        RtrType::Write => 0,
+        RtrType::Read => 1,
+        RtrType::Send => 2,
+    }
+}
+
+/// The MPA policy for a new connection with the ULP's `ird` and `ord`.
+pub(crate) fn policy(ird: u16, ord: u16) -> MpaPolicy {
+    let s = SETTINGS.load(Ordering::Relaxed);
+    let mut p = MpaPolicy {
+        ird,
+        ord,
+        ..MpaPolicy::default()
+    };
+    if s & REV1 != 0 {
+        p.rev = 1;
+        p.enhanced = false;
+    }
+    p.crc = s & NO_CRC == 0;
+    p.markers_rx = s & MARKERS != 0;
+    if let Some(t) = rtr_of(s) {
+        // Ask for this RTR as initiator; accept only it as responder.
+        p.p2p = true;
+        p.rtr = RtrSet {
+            send: t == RtrType::Send,
+            write: t == RtrType::Write,
+            read: t == RtrType::Read,
+        };
+    }
+    p
+}
+
+/// Counts a connection that reached RTS with `n`.
+pub(crate) fn count(n: &Negotiated) {
+    ESTABLISHED.fetch_add(1, Ordering::Relaxed);
+    if n.crc {
+        WITH_CRC.fetch_add(1, Ordering::Relaxed);
+    }
+    if n.markers_tx || n.markers_rx {
+        WITH_MARKERS.fetch_add(1, Ordering::Relaxed);
+    }
+    if n.rev == 1 {
+        WITH_REV1.fetch_add(1, Ordering::Relaxed);
+    }
+    let rtr = n.rtr_send.or(if n.rtr_accept.is_empty() {
+        None
+    } else {
+        [RtrType::Write, RtrType::Read, RtrType::Send]
+            .into_iter()
+            .find(|t| n.rtr_accept.has(*t))
+    });
+    if let Some(c) = rtr.and_then(|t| WITH_RTR.get(rtr_index(t))) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Parses one `key=value` setting into `s`.
+fn apply(s: &mut u32, word: &str) -> Result {
+    let (k, v) = word.split_once('=').ok_or(EINVAL)?;
+    let flag = |s: &mut u32, bit: u32, on: bool| {
+        if on {
+            *s |= bit
+        } else {
+            *s &= !bit
+        }
+    };
+    let bool_of = |v: &str| match v {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(EINVAL),
+    };
+    match k {
+        "rev" => match v {
+            "1" => flag(s, REV1, true),
+            "2" => flag(s, REV1, false),
+            _ => return Err(EINVAL),
+        },
+        "crc" => flag(s, NO_CRC, !bool_of(v)?),
+        "markers" => flag(s, MARKERS, bool_of(v)?),
+        "rtr" => {
+            let code = match v {
+                "none" => 0,
+                "write" => 1,
+                "read" => 2,
+                "send" => 3,
+                _ => return Err(EINVAL),
+            };
+            *s = (*s & !RTR_MASK) | code << RTR_SHIFT;
+        }
+        _ => return Err(EINVAL),
+    }
+    Ok(())
+}
+
+/// The debugfs file.
+pub(crate) struct MpaFile;
+
+impl FileHandler for MpaFile {
+    fn write(&self, data: &[u8]) -> Result {
+        let text = core::str::from_utf8(data).map_err(|_| EINVAL)?;
+        let mut s = SETTINGS.load(Ordering::Relaxed);
+        for word in text.split_whitespace() {
+            apply(&mut s, word)?;
+        }
+        if s & REV1 != 0 && rtr_of(s).is_some() {
+            // Peer-to-peer setup needs the revision 2 enhanced frames (RFC 6581).
+            return Err(EINVAL);
+        }
+        SETTINGS.store(s, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn read(&self, out: &mut KVec<u8>) -> Result {
+        let s = SETTINGS.load(Ordering::Relaxed);
+        let mut t = String(out);
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        writeln!(
+            t,
+            "rev={} crc={} markers={} rtr={}",
+            if s & REV1 != 0 { 1 } else { 2 },
+            u8::from(s & NO_CRC == 0),
+            u8::from(s & MARKERS != 0),
+            rtr_name(rtr_of(s))
+        )
+        .map_err(|_| ENOMEM)?;
+        writeln!(
+            t,
+            "established={} crc={} markers={} rev1={} rtr_write={} rtr_read={} rtr_send={}",
+            n(&ESTABLISHED),
+            n(&WITH_CRC),
+            n(&WITH_MARKERS),
+            n(&WITH_REV1),
+            n(&WITH_RTR[0]),
+            n(&WITH_RTR[1]),
+            n(&WITH_RTR[2])
+        )
+        .map_err(|_| ENOMEM)
+    }
+}
+
+/// `fmt::Write` into a `KVec<u8>`.
+struct String<'a>(&'a mut KVec<u8>);
+
+impl Write for String<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.0
+            .extend_from_slice(s.as_bytes(), GFP_KERNEL)
+            .map_err(|_| core::fmt::Error)
+    }
+}

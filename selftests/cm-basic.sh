@@ -13,7 +13,7 @@
 # - a TCP client that never sends an MPA Request is dropped after the MPA
 #   timeout;
 # - no splat, no leak once everything is torn down.
-# timeout: 300
+# timeout: 600
 # Helpers are called through tap_check and trap:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -167,11 +167,6 @@ impl Conn {
         }
     }
 
-    /// The data path saw the end of the stream.
-    pub(crate) fn llp_closed(&self) {
-        self.post(EV_CLOSED);
-    }
-
     /// The data path hit a fatal error.
     pub(crate) fn abort(&self) {
         self.post(EV_ABORT);
@@ -197,12 +192,6 @@ impl SocketEvents for ConnEvents {
         match self.qp() {
             Some(qp) => link::rx_ready(&qp, sk),
             None => self.0.post(EV_DATA),
-        }
-    }
-
-    fn write_space(&self, sk: &Sock) {
-        if let Some(qp) = self.qp() {
-            link::tx_space(&qp, sk);
         }
     }
 

@@ -9,17 +9,14 @@
 //!
 //! # Who does what
 //!
-//! - The connection manager owns the socket's upcall handler. Its `data_ready` and
-//!   `write_space` upcalls, once the link is attached, call [`rx_ready`] and [`tx_space`] here
-//!   (softirq context, socket lock held for `data_ready`): that is where the receive and
-//!   transmit paths hook in. TCP state changes and socket errors stay with the connection
-//!   manager, which reports them to `iw_cm`.
-//! - The data path gets the socket with [`socket`] (a counted reference; it must not be dropped
-//!   in atomic context) and sends with it from process context.
-//! - The data path reports the end of the connection with [`llp_closed`] (the peer closed the
-//!   stream in a way the receive path noticed first) or [`fatal`] (a protocol error, after it
-//!   sent its Terminate): both may be called from any context; the connection manager then
-//!   closes the socket, moves the QP to ERROR and sends the `iw_cm` events.
+//! - The connection manager owns the socket's upcall handler. Its `data_ready` upcall, once the
+//!   link is attached, calls [`rx_ready`] here (softirq context, socket lock held): that is
+//!   where the receive path hooks in. The transmit path sends from process context with
+//!   blocking sends, so it needs no `write_space`. TCP state changes and socket errors stay with
+//!   the connection manager, which reports them to `iw_cm`.
+//! - The data path reports a fatal error (after its Terminate, or on the peer's) with
+//!   [`fatal`], from any context; the connection manager then closes the socket, moves the QP
+//!   to ERROR and sends the `iw_cm` events.
 //! - [`Negotiated`] says what the data path must do on the wire: CRC in both directions when
 //!   `crc`, Markers on transmit when `markers_tx` and expected on receive when `markers_rx`,
 //!   the ORD and IRD in force, and for the peer-to-peer model: the initiator sends `rtr_send` as
@@ -31,7 +28,7 @@
 use super::QpData;
 use crate::{cm::Conn, device::Rsiw, proto::negotiate::Negotiated};
 use kernel::{
-    ksock::{LockedSock, Sock, TcpSocket},
+    ksock::{LockedSock, TcpSocket},
     prelude::*,
     rdma::qp::{Qp, QpState},
     sync::Arc,
@@ -97,19 +94,6 @@ pub(crate) fn detach(qp: &Qp<Rsiw>) -> Option<Link> {
     link
 }
 
-/// The data path saw the peer end the stream: the connection manager closes the connection.
-///
-/// May be called from any context.
-#[expect(
-    dead_code,
-    reason = "the receive path leaves stream ends to the connection manager"
-)]
-pub(crate) fn llp_closed(qp: &Qp<Rsiw>) {
-    if let Some(conn) = conn_of(qp.data()) {
-        conn.llp_closed();
-    }
-}
-
 /// The data path hit a fatal error (after sending any Terminate): the connection manager
 /// aborts the connection.
 ///
@@ -128,10 +112,4 @@ fn conn_of(d: &QpData) -> Option<Arc<Conn>> {
 /// path reads it.
 pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     super::rx::rx_ready(qp, sk);
-}
-
-/// The socket of `qp`'s link has room again (softirq context). The transmit work blocks in the
-/// socket while it is full, so it needs no wake-up from here.
-pub(crate) fn tx_space(qp: &Qp<Rsiw>, sk: &Sock) {
-    let _ = (qp, sk);
 }

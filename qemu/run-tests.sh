@@ -176,8 +176,8 @@ SELFTESTS_DIR=$(cd "${SELFTESTS_DIR:-selftests}" && pwd)
 tests=()
 for t in "$SELFTESTS_DIR"/*.sh; do
 	name=$(basename "$t" .sh)
-	# lib.sh is the test library; host-*.sh run on the host, not here.
-	case $name in lib | host-*) continue ;; esac
+	# lib.sh and ulp-setup.sh are libraries; host-*.sh run on the host, not here.
+	case $name in lib | ulp-setup | host-*) continue ;; esac
 	# shellcheck disable=SC2053
 	[[ $name == ${TESTS:-*} ]] && tests+=("$t")
 done
@@ -216,6 +216,7 @@ env_args=()
 for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO; do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
 done
+vm_lock
 start=$(date +%s)
 boot() {
 	vm_start "$run/console.log" --rwdir "$run" -- \

@@ -22,6 +22,21 @@ VM_MEMORY=${VM_MEMORY:-2G}
 #   hung_task_timeout_secs=60  "INFO: task ... blocked" well within a test
 VM_APPEND=(loglevel=4 log_buf_len=8M kmemleak.verbose=1 slab_nomerge hung_task_timeout_secs=60)
 
+# vm_lock: wait until no other rsiw VM run on this host holds the VM lock, then
+# hold it until this shell exits. TCG guests are CPU-bound; two runs sharing a
+# small host slow each other past their test budgets. Nested callers (a runner
+# started by a runner) see RSIW_VM_LOCK_HELD and do not lock again.
+vm_lock() {
+	[ -n "${RSIW_VM_LOCK_HELD:-}" ] && return 0
+	mkdir -p "$RSIW_CACHE"
+	exec 8>"$RSIW_CACHE/vm.lock"
+	if ! flock -n 8; then
+		progress "waiting for another rsiw VM run on this host to finish"
+		flock 8
+	fi
+	export RSIW_VM_LOCK_HELD=1
+}
+
 # The built kernel tree; fails when it has no bzImage yet.
 vm_kernel_dir() {
 	local kdir

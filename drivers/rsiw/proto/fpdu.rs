@@ -888,6 +888,8 @@ pub struct RxStream {
     skip_left: u32,
     crc_upto: usize,
     crc: u32,
+    /// The open FPDU's CRC was checked ahead ([`RxStream::accept_lookahead`]).
+    verified: bool,
     failed: Option<RxError>,
 }
 
@@ -918,6 +920,7 @@ impl RxStream {
             skip_left: 0,
             crc_upto: 0,
             crc: CRC32C_INIT,
+            verified: false,
             failed: None,
         }
     }
@@ -983,7 +986,7 @@ impl RxStream {
     }
 
     fn crc_over<C: Crc32c + ?Sized>(&mut self, crc: &C, b: &[u8]) {
-        if self.cfg.crc {
+        if self.cfg.crc && !self.verified {
             self.crc = crc.update(self.crc, b);
         }
     }
@@ -999,6 +1002,7 @@ impl RxStream {
     fn open_fpdu(&mut self, lead_marker: bool) {
         self.fpdu_open = true;
         self.crc = CRC32C_INIT;
+        self.verified = false;
         self.len_pos = if lead_marker {
             self.off.wrapping_add(MARKER_LEN as u32)
         } else {
@@ -1170,7 +1174,7 @@ impl RxStream {
             _ => None,
         };
         let terminate = match opcode {
-            Opcode::Terminate => Some(Terminate::parse(rest).map_err(|_| bad)?),
+            Opcode::Terminate => Some(Terminate::parse_received(rest).map_err(|_| bad)?),
             _ => None,
         };
         let hdr_total = u32::try_from(self.have.saturating_sub(LEN_FIELD)).map_err(|_| bad)?;
@@ -1392,7 +1396,7 @@ impl RxStream {
                         from_wire(self.crc_buf)
                     };
                     let computed = finish(self.crc);
-                    if self.cfg.crc && computed != received {
+                    if self.cfg.crc && !self.verified && computed != received {
                         return self.fail(RxError::Crc { computed, received });
                     }
                     if let Some((expected, found)) = self.marker_bad {
@@ -1407,6 +1411,7 @@ impl RxStream {
                     self.crc_upto = 0;
                     self.need = LEN_FIELD;
                     self.crc_have = 0;
+                    self.verified = false;
                     return Ok(RxOutput {
                         consumed: used,
                         event: RxEvent::SegmentDone,
@@ -1414,6 +1419,44 @@ impl RxStream {
                 }
             }
         }
+    }
+
+    /// Octets from here to the end of the open FPDU, CRC included, when its CRC can be
+    /// checked before any payload is placed: at the start of a segment's payload, CRC on, no
+    /// Markers (which would interleave the octets), not yet checked. The receiver then reads
+    /// that many octets ahead, without consuming them, and calls
+    /// [`RxStream::accept_lookahead`].
+    pub fn lookahead_len(&self) -> Option<usize> {
+        if !self.cfg.crc
+            || self.cfg.markers
+            || self.verified
+            || self.state != RxState::Payload
+            || self.payload_done != 0
+            || self.crc_upto != self.have
+        {
+            return None;
+        }
+        let body = usize::try_from(self.payload_len).ok()?;
+        body.checked_add(self.pad_left)?.checked_add(CRC_LEN)
+    }
+
+    /// The CRC register to continue over the octets read ahead (all but the last
+    /// [`CRC_LEN`] of [`RxStream::lookahead_len`]).
+    pub const fn lookahead_crc(&self) -> u32 {
+        self.crc
+    }
+
+    /// Takes the result of a lookahead: `reg` is [`RxStream::lookahead_crc`] continued over the
+    /// payload and pad, `trailer` the CRC field that follows them. On a match the FPDU counts
+    /// as checked, and its payload is copied without computing the CRC again. On a mismatch
+    /// nothing changes: the receiver should discard the payload, and the stream reports
+    /// [`RxError::Crc`] at the trailer as usual. Returns whether the CRC matched.
+    pub fn accept_lookahead(&mut self, reg: u32, trailer: [u8; CRC_LEN]) -> bool {
+        if self.lookahead_len().is_none() || finish(reg) != from_wire(trailer) {
+            return false;
+        }
+        self.verified = true;
+        true
     }
 
     fn take_payload(&mut self, n: usize) -> Result<(), RxError> {
@@ -1440,7 +1483,7 @@ impl RxStream {
             return Err(RxError::PayloadMisuse);
         }
         self.take_payload(src.len())?;
-        if self.cfg.crc {
+        if self.cfg.crc && !self.verified {
             self.crc = crc.copy_update(self.crc, src, dst);
         } else if let Some(d) = dst.get_mut(..src.len()) {
             d.copy_from_slice(src);

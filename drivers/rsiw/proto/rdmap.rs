@@ -377,6 +377,48 @@ impl Terminate {
         n
     }
 
+    /// Decodes a Terminate body received from a peer, which ends the stream whatever it holds,
+    /// so it is never refused: the Terminate Control is read as RFC 5040 lays it out, or the
+    /// C siw way when its bits only make sense so ([`TermControl::looks_nibble_swapped`], or
+    /// M/D/R in the low, reserved, bits of the third octet); header copies whose length
+    /// disagrees with the bits (C siw sets R on a Send's protection error but copies only the
+    /// DDP header) are dropped. Fails only when the control field itself is short.
+    pub fn parse_received(b: &[u8]) -> Result<Self, TermParseError> {
+        let c: [u8; TERM_CTRL_LEN] = b
+            .get(..TERM_CTRL_LEN)
+            .and_then(|c| c.try_into().ok())
+            .ok_or(TermParseError::Short)?;
+        let flags = TERM_M | TERM_D | TERM_R;
+        let siw_flags = c[2] & flags == 0 && c[2] & 0x07 != 0;
+        if !(siw_flags || TermControl::looks_nibble_swapped(c)) {
+            if let Ok(t) = Self::parse(b) {
+                return Ok(t);
+            }
+        }
+        let ctrl = if siw_flags || TermControl::looks_nibble_swapped(c) {
+            TermControl::parse_siw_swapped(c)
+        } else {
+            TermControl::parse(c)
+        };
+        // The same body with the control in RFC layout, to decode its header copies.
+        let mut rfc = [0u8; TERM_MAX_LEN];
+        let body = b.get(TERM_CTRL_LEN..).unwrap_or(&[]);
+        let n = TERM_CTRL_LEN.saturating_add(body.len());
+        if put(&mut rfc, 0, &ctrl.encode()).is_some()
+            && put(&mut rfc, TERM_CTRL_LEN, body).is_some()
+        {
+            if let Some(t) = rfc.get(..n).and_then(|v| Self::parse(v).ok()) {
+                return Ok(t);
+            }
+        }
+        Ok(Self {
+            ctrl,
+            segment_len: 0,
+            ddp: None,
+            rdma: None,
+        })
+    }
+
     /// Decodes a Terminate body. Header presence follows the D and R bits;
     /// the length of the terminated DDP header follows its own T bit.
     pub fn parse(b: &[u8]) -> Result<Self, TermParseError> {

@@ -62,7 +62,7 @@ pub(crate) struct Link {
 pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
     let sess = super::Session {
         tx: super::tx::TxState::new(&link.negotiated, link.role, link.socket.mss()),
-        rx: super::rx::RxState::new(&link.negotiated),
+        rx: super::rx::RxState::new(&link.negotiated)?,
         term: None,
         term_sent: false,
     };

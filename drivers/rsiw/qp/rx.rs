@@ -7,9 +7,16 @@
 //! [`RxStream`], holding the QP lock. Each segment's header is validated against the
 //! connection's state before a single payload octet is placed: tagged segments against the
 //! STag table (valid, key, PD, rights, bounds), Read Responses against the outstanding Read,
-//! Sends against the receive queue and the DDP sequence numbers. Payload is then copied from
-//! the socket buffers into the target pages with the CRC computed in the same pass. A segment
-//! takes effect (completion, invalidation, Read Request queued) only after its CRC checked out.
+//! Sends against the receive queue and the DDP sequence numbers.
+//!
+//! With CRC on, the FPDU's CRC is then checked before its payload is placed (RFC 5044 §7.1:
+//! nothing of a damaged FPDU reaches the ULP's memory): the receiver reads the rest of the
+//! FPDU ahead in the socket's queue, without consuming it. If the FPDU is not all queued yet,
+//! it stops reading and resumes on the next `data_ready`; only when the FPDU is too large for
+//! the receive buffer to be sure of holding it does the payload go through a per-connection
+//! bounce buffer instead. Payload is copied from the socket buffers straight into the target
+//! pages (a second pass over the same, cache-hot, bytes). A segment takes effect (completion,
+//! invalidation, Read Request queued) only after its CRC checked out.
 //!
 //! Any violation queues a Terminate with the RFC's Layer/EType/Code for the transmit path,
 //! reports `IB_EVENT_QP_FATAL` (or `IB_EVENT_QP_ACCESS_ERR`), logs a line naming the device,
@@ -24,19 +31,21 @@ use crate::{
     device::Rsiw,
     mem::{self, AccessError, MapError, MrShared},
     proto::{
+        crc::Crc32c,
         ddp::{DdpHdr, DdpRx},
         error::{DdpTagged, DdpUntagged, RdmapOperation, RdmapProtection, TermError},
-        fpdu::{RxConfig, RxEvent, RxStream, SegmentInfo},
+        fpdu::{RxConfig, RxEvent, RxStream, SegmentInfo, CRC_LEN},
         negotiate::{check_first_fpdu, Negotiated},
-        rdmap::{Offending, Opcode, Terminate},
+        rdmap::{Offending, Opcode, Terminate, QN_TERMINATE},
     },
 };
 use kernel::{
-    ksock::{Consumed, LockedSock},
+    alloc::KVVec,
+    ksock::{Consumed, LockedSock, SkbData},
     prelude::*,
     rdma::{
         mr::KernelRange,
-        qp::{Qp, QpEvent, QpState},
+        qp::{Qp, QpEvent, QpState, Sge},
         verbs::{WcOpcode, WcStatus, WorkCompletion},
     },
     sync::Arc,
@@ -62,10 +71,24 @@ enum Target {
     Terminate,
 }
 
+/// How the current segment's payload is placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// Not decided yet (no payload octet looked at).
+    Undecided,
+    /// Straight into the target: its CRC was checked ahead, or CRC is off.
+    Direct,
+    /// Into the bounce buffer, placed once the CRC checked out.
+    Bounce,
+    /// Dropped: the CRC is wrong (the stream reports it at the trailer).
+    Discard,
+}
+
 /// The segment being received.
 struct Current {
     info: SegmentInfo,
     target: Target,
+    placement: Placement,
 }
 
 /// Receive state of one connection.
@@ -76,18 +99,33 @@ pub(crate) struct RxState {
     /// No FPDU has arrived yet (the responder checks the first against the RTR it expects).
     first: bool,
     cur: Option<Current>,
+    /// Payload held until its FPDU's CRC checked out ([`Placement::Bounce`]): room for a
+    /// whole ULPDU, allocated with the connection (empty with CRC off, which never bounces).
+    bounce: KVVec<u8>,
+    /// Octets held in `bounce`.
+    bounced: usize,
 }
+
+/// The largest payload of one FPDU (ULPDU_Length is 16 bits).
+const PAYLOAD_MAX: usize = u16::MAX as usize;
 
 impl RxState {
     /// The state at the start of Full Operation.
-    pub(crate) fn new(n: &Negotiated) -> Self {
-        Self {
+    pub(crate) fn new(n: &Negotiated) -> Result<Self> {
+        let bounce = if n.crc {
+            KVVec::from_elem(0, PAYLOAD_MAX, GFP_KERNEL)?
+        } else {
+            KVVec::new()
+        };
+        Ok(Self {
             stream: RxStream::new(RxConfig::new(n.markers_rx, n.crc)),
             ddp: DdpRx::new(),
             negotiated: *n,
             first: true,
             cur: None,
-        }
+            bounce,
+            bounced: 0,
+        })
     }
 }
 
@@ -123,6 +161,16 @@ struct Fail {
     offending: Option<Offending>,
 }
 
+/// Where a chunk sits in the socket's queued data, for reading ahead of it.
+struct Ahead<'a, 'b> {
+    /// The socket buffer range the chunk belongs to.
+    skb: &'a SkbData<'b>,
+    /// The chunk's offset in `skb`.
+    at: usize,
+    /// The socket's receive buffer size.
+    rcvbuf: usize,
+}
+
 /// Data arrived on `qp`'s socket: receive it.
 ///
 /// The QP lock is taken per contiguous chunk, never across `tcp_read_sock`, which may
@@ -133,6 +181,7 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     }
     let mut fail = None;
     let mut close = false;
+    let rcvbuf = sk.rcvbuf();
     let _ = sk.read_sock(|skb| {
         let mut used = 0usize;
         let r = skb.for_each_chunk(|chunk| {
@@ -140,8 +189,18 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
             if !receiving(&g) {
                 return Err(EINVAL);
             }
-            match process(qp, &mut g, chunk) {
+            let ahead = Ahead {
+                skb,
+                at: used,
+                rcvbuf,
+            };
+            match process(qp, &mut g, chunk, &ahead) {
                 Ok(Flow::More) => {}
+                Ok(Flow::Wait(n)) => {
+                    // The rest of an FPDU is still in flight: resume on the next upcall.
+                    used += n;
+                    return Err(EAGAIN);
+                }
                 Ok(Flow::PeerTerminated) => {
                     close = true;
                     return Err(EINVAL);
@@ -160,7 +219,7 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
         }
     });
     if let Some(f) = fail {
-        terminate(qp, &mut lock(qp), f);
+        close |= !terminate(qp, &mut lock(qp), f);
     }
     if close {
         super::link::fatal(qp);
@@ -176,9 +235,31 @@ fn receiving(inner: &QpInner) -> bool {
             .is_some_and(|s| s.term.is_none() && !s.term_sent)
 }
 
-/// Queues a Terminate for `f` and stops the connection.
-fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) {
+/// Queues a Terminate for `f` and stops the connection. Returns `false` when no Terminate is
+/// sent because the offending segment is itself a Terminate (which is never answered with
+/// one): the caller then closes the connection at once.
+fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) -> bool {
     let e = f.err;
+    let of_terminate = f
+        .offending
+        .as_ref()
+        .and_then(|o| o.ddp.header())
+        .is_some_and(|h| matches!(h, DdpHdr::Untagged(u) if u.qn == QN_TERMINATE));
+    if of_terminate {
+        pr_info!(
+            "{}: QP {}: malformed Terminate from the peer (layer {} etype {} code {:#04x}), closing\n",
+            qp.device().name(),
+            qp.qpn(),
+            e.layer() as u8,
+            e.etype(),
+            e.code()
+        );
+        inner.up_event = Some(QpEvent::Fatal);
+        if let Some(s) = inner.sess.as_mut() {
+            s.term_sent = true;
+        }
+        return false;
+    }
     pr_info!(
         "{}: QP {}: protocol error, sending Terminate layer {} etype {} code {:#04x}\n",
         qp.device().name(),
@@ -197,18 +278,26 @@ fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) {
         s.term = Some(Terminate::for_error(e, f.offending.as_ref()));
     }
     tx::kick(qp, inner);
+    true
 }
 
 /// What processing a chunk led to.
 enum Flow {
     /// Go on reading.
     More,
+    /// Stop reading after this many octets of the chunk until more data arrives.
+    Wait(usize),
     /// The peer sent a Terminate: stop, close.
     PeerTerminated,
 }
 
 /// Feeds one contiguous chunk of the stream through the parser.
-fn process(qp: &Qp<Rsiw>, inner: &mut QpInner, chunk: &[u8]) -> Result<Flow, Fail> {
+fn process(
+    qp: &Qp<Rsiw>,
+    inner: &mut QpInner,
+    chunk: &[u8],
+    ahead: &Ahead<'_, '_>,
+) -> Result<Flow, Fail> {
     let crc = KernelCrc32c;
     let mut input = chunk;
     loop {
@@ -229,22 +318,86 @@ fn process(qp: &Qp<Rsiw>, inner: &mut QpInner, chunk: &[u8]) -> Result<Flow, Fai
                     offending: Some(info.offending()),
                 })?;
                 if let Some(s) = inner.sess.as_mut() {
-                    s.rx.cur = Some(Current { info, target });
+                    s.rx.cur = Some(Current {
+                        info,
+                        target,
+                        placement: Placement::Undecided,
+                    });
                 }
             }
             RxEvent::Payload { len, offset } => {
+                let pos = chunk.len() - input.len();
+                if !decide(inner, ahead, ahead.at + pos) {
+                    return Ok(Flow::Wait(pos));
+                }
                 let n = len.min(input.len());
                 let (src, rest) = input.split_at(n);
                 place(qp, inner, src, offset)?;
                 input = rest;
             }
             RxEvent::SegmentDone => {
+                unbounce(qp, inner)?;
                 if on_done(qp, inner)? {
                     return Ok(Flow::PeerTerminated);
                 }
             }
         }
     }
+}
+
+/// Picks how the current segment's payload is placed, before its first octet is: with CRC on,
+/// checks the CRC ahead (`pos` is where the payload starts in `ahead.skb`). Returns `false`
+/// when the FPDU is not all queued yet and the receiver should wait for the rest.
+fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> bool {
+    let Some(rx) = inner.sess.as_mut().map(|s| &mut s.rx) else {
+        return true;
+    };
+    let Some(cur) = rx.cur.as_mut() else {
+        return true;
+    };
+    if cur.placement != Placement::Undecided {
+        return true;
+    }
+    let lookahead = match cur.target {
+        Target::Tagged { .. } | Target::ReadResponse { .. } | Target::Recv { .. } => {
+            rx.stream.lookahead_len()
+        }
+        _ => None,
+    };
+    let Some(n) = lookahead else {
+        // Nothing is placed (or CRC is off): the stream checks what it must at the trailer.
+        cur.placement = Placement::Direct;
+        return true;
+    };
+    let crc = KernelCrc32c;
+    let body = n.saturating_sub(CRC_LEN);
+    let mut reg = rx.stream.lookahead_crc();
+    let mut trailer = [0u8; CRC_LEN];
+    let mut seen = 0usize;
+    let queued = ahead.skb.read_ahead(pos, n, |piece| {
+        let in_body = body.saturating_sub(seen).min(piece.len());
+        let (b, t) = piece.split_at(in_body);
+        if !b.is_empty() {
+            reg = crc.update(reg, b);
+        }
+        let at = (seen + in_body).saturating_sub(body);
+        for (slot, byte) in trailer.iter_mut().skip(at).zip(t) {
+            *slot = *byte;
+        }
+        seen += piece.len();
+        Ok(())
+    });
+    cur.placement = match queued {
+        Ok(true) if rx.stream.accept_lookahead(reg, trailer) => Placement::Direct,
+        Ok(true) => Placement::Discard,
+        // TCP holds at least a quarter of the receive buffer for us: the rest will come.
+        Ok(false) if n <= ahead.rcvbuf / 4 => return false,
+        Ok(false) | Err(_) => {
+            rx.bounced = 0;
+            Placement::Bounce
+        }
+    };
+    true
 }
 
 /// Validates a segment's header against the connection state and picks its target.
@@ -315,6 +468,12 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
                     .map_err(TermError::DdpUntagged)?;
                 return Ok(Target::Discard);
             }
+            if inner.cur_recv.is_none() {
+                // A new message: on a QP with an SRQ, take its receive now, atomically with
+                // respect to the SRQ's other QPs. It is this message's from here on (flushed
+                // with the QP if the segment turns out to be invalid).
+                inner.cur_recv = super::take_srq_recv(qp, inner);
+            }
             let buf = match (&inner.cur_recv, inner.rq.front()) {
                 (Some(r), _) | (None, Some(r)) => recv_len(r),
                 (None, None) => None,
@@ -383,90 +542,149 @@ fn recv_len(r: &RecvEntry) -> Option<u32> {
     mem::sges_len(r.sges.get(..usize::from(r.num_sge).min(MAX_SGE as usize))?)
 }
 
-/// Copies `src` into `dst` pieces in order with the parser's CRC, returning an error if a
-/// piece cannot take its share.
-fn copy_into(stream: &mut RxStream, src: &mut &[u8], dst: KernelRange) -> Result {
-    let crc = KernelCrc32c;
+/// Copies payload octets into one piece of target memory.
+type Copier<'a> = dyn FnMut(&[u8], &mut [u8]) -> Result + 'a;
+
+/// Copies the head of `src` into `dst` with `copy` and advances `src` past it.
+fn copy_into(copy: &mut Copier<'_>, src: &mut &[u8], dst: KernelRange) -> Result {
     let n = dst.len().min(src.len());
     let (now, rest) = src.split_at(n);
-    dst.with_slice_mut(|d| stream.copy_payload(now, d, &crc))
-        .map_err(|_| EINVAL)?;
+    dst.with_slice_mut(|d| copy(now, d))?;
     *src = rest;
     Ok(())
 }
 
-/// Places payload octets `src` at `offset` of the current segment's payload.
-fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<(), Fail> {
-    let crc = KernelCrc32c;
-    let pd = qp.pd().as_raw() as usize;
-    let recv = inner.cur_recv;
-    let sink = inner.orq.front().map(|o| o.sink);
-    let sess = inner.sess.as_mut().ok_or(Fail {
+/// An internal error: the connection ends with a catastrophic-error Terminate.
+fn catastrophic() -> Fail {
+    Fail {
         err: TermError::RdmapCatastrophic,
         offending: None,
-    })?;
-    let rx = &mut sess.rx;
-    let Some(cur) = rx.cur.as_ref() else {
-        return Err(Fail {
-            err: TermError::RdmapCatastrophic,
-            offending: None,
-        });
-    };
+    }
+}
+
+/// Places payload octets `src` at `offset` of the current segment's payload, as its
+/// [`Placement`] says.
+fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<(), Fail> {
+    let crc = KernelCrc32c;
+    let recv = inner.cur_recv;
+    let sink = inner.orq.front().map(|o| o.sink);
+    let sess = inner.sess.as_mut().ok_or_else(catastrophic)?;
+    let RxState {
+        stream,
+        cur,
+        bounce,
+        bounced,
+        ..
+    } = &mut sess.rx;
+    let cur = cur.as_ref().ok_or_else(catastrophic)?;
     let offending = Some(cur.info.offending());
-    let stream = &mut rx.stream;
-    let mut rest = src;
-    let len = src.len() as u64;
-    let res: Result<(), TermError> = 'arm: {
-        match &cur.target {
-            Target::Tagged { mr, stag, to } => {
-                let at = to.checked_add(u64::from(offset)).unwrap_or(u64::MAX);
-                mr.access(*stag, pd, mem::RIGHTS_WRITE, at, len, |r| {
-                    copy_into(stream, &mut rest, r)
-                })
-                .map_err(|e| match e {
-                    MapError::Access(a) => tagged_error(a),
-                    MapError::Copy(_) => TermError::DdpCatastrophic,
-                })
+    let places = matches!(
+        cur.target,
+        Target::Tagged { .. } | Target::ReadResponse { .. } | Target::Recv { .. }
+    );
+    let res = match cur.placement {
+        _ if !places => stream.consume_payload(src, &crc).map_err(|e| e.term()),
+        Placement::Discard => stream.consume_payload(src, &crc).map_err(|e| e.term()),
+        Placement::Bounce => {
+            let end = bounced.saturating_add(src.len());
+            match bounce.get_mut(*bounced..end) {
+                Some(dst) => {
+                    *bounced = end;
+                    stream.copy_payload(src, dst, &crc).map_err(|e| e.term())
+                }
+                None => Err(TermError::RdmapCatastrophic),
             }
-            Target::ReadResponse { base } => {
-                let Some(sink) = sink else {
-                    break 'arm Err(TermError::RdmapCatastrophic);
-                };
-                let off = u64::from(*base) + u64::from(offset);
-                mem::walk_sges(
-                    qp.device(),
-                    pd,
-                    &[sink],
-                    mem::RIGHTS_LOCAL_WRITE,
-                    off,
-                    len,
-                    |_, r| copy_into(stream, &mut rest, r),
-                )
-                .map_err(|_| TermError::DdpCatastrophic)
-            }
-            Target::Recv { mo } => {
-                let Some(r) = recv else {
-                    break 'arm Err(TermError::RdmapCatastrophic);
-                };
-                let Some(sges) = r.sges.get(..usize::from(r.num_sge)) else {
-                    break 'arm Err(TermError::RdmapCatastrophic);
-                };
-                let off = u64::from(*mo) + u64::from(offset);
-                mem::walk_sges(
-                    qp.device(),
-                    pd,
-                    sges,
-                    mem::RIGHTS_LOCAL_WRITE,
-                    off,
-                    len,
-                    |_, r| copy_into(stream, &mut rest, r),
-                )
-                .map_err(|_| TermError::DdpCatastrophic)
-            }
-            _ => stream.consume_payload(src, &crc).map_err(|e| e.term()),
+        }
+        Placement::Direct | Placement::Undecided => {
+            let mut copy = |s: &[u8], d: &mut [u8]| -> Result {
+                stream.copy_payload(s, d, &crc).map_err(|_| EINVAL)
+            };
+            place_in_target(qp, &cur.target, recv, sink, src, offset, &mut copy)
         }
     };
     res.map_err(|err| Fail { err, offending })
+}
+
+/// At the end of a bounced segment, whose CRC just checked out: places the held payload.
+fn unbounce(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<(), Fail> {
+    let recv = inner.cur_recv;
+    let sink = inner.orq.front().map(|o| o.sink);
+    let Some(rx) = inner.sess.as_mut().map(|s| &mut s.rx) else {
+        return Ok(());
+    };
+    let Some(cur) = rx.cur.as_ref().filter(|c| c.placement == Placement::Bounce) else {
+        return Ok(());
+    };
+    let mut copy = |s: &[u8], d: &mut [u8]| -> Result {
+        d.get_mut(..s.len()).ok_or(EINVAL)?.copy_from_slice(s);
+        Ok(())
+    };
+    let held = rx.bounce.get(..rx.bounced).unwrap_or(&[]);
+    let res = place_in_target(qp, &cur.target, recv, sink, held, 0, &mut copy);
+    let offending = Some(cur.info.offending());
+    rx.bounced = 0;
+    res.map_err(|err| Fail { err, offending })
+}
+
+/// Copies `src` to `offset` of the payload of a segment bound for `target`.
+fn place_in_target(
+    qp: &Qp<Rsiw>,
+    target: &Target,
+    recv: Option<RecvEntry>,
+    sink: Option<Sge>,
+    src: &[u8],
+    offset: u32,
+    copy: &mut Copier<'_>,
+) -> Result<(), TermError> {
+    let pd = qp.pd().as_raw() as usize;
+    let mut rest = src;
+    let len = src.len() as u64;
+    match target {
+        Target::Tagged { mr, stag, to } => {
+            let at = to.checked_add(u64::from(offset)).unwrap_or(u64::MAX);
+            mr.access(*stag, pd, mem::RIGHTS_WRITE, at, len, |r| {
+                copy_into(copy, &mut rest, r)
+            })
+            .map_err(|e| match e {
+                MapError::Access(a) => tagged_error(a),
+                MapError::Copy(_) => TermError::DdpCatastrophic,
+            })
+        }
+        Target::ReadResponse { base } => {
+            let sink = sink.ok_or(TermError::RdmapCatastrophic)?;
+            let off = u64::from(*base) + u64::from(offset);
+            mem::walk_sges(
+                qp.device(),
+                pd,
+                &[sink],
+                mem::RIGHTS_LOCAL_WRITE,
+                off,
+                len,
+                |_, r| copy_into(copy, &mut rest, r),
+            )
+            .map_err(|_| TermError::DdpCatastrophic)
+        }
+        Target::Recv { mo } => {
+            let r = recv.ok_or(TermError::RdmapCatastrophic)?;
+            let sges = r
+                .sges
+                .get(..usize::from(r.num_sge))
+                .ok_or(TermError::RdmapCatastrophic)?;
+            let off = u64::from(*mo) + u64::from(offset);
+            mem::walk_sges(
+                qp.device(),
+                super::recv_pd(qp),
+                sges,
+                mem::RIGHTS_LOCAL_WRITE,
+                off,
+                len,
+                |_, r| copy_into(copy, &mut rest, r),
+            )
+            .map_err(|_| TermError::DdpCatastrophic)
+        }
+        // Nothing of these is placed.
+        _ => Ok(()),
+    }
 }
 
 /// The current segment is complete and its CRC checked out: it takes effect. Returns whether

@@ -28,11 +28,13 @@ pub enum Consumed {
 ///
 /// # Invariants
 ///
-/// `skb` is a valid socket buffer, kept on the receive queue of a socket whose lock is held, for
-/// `'a`, and `offset + len <= skb->len`, with `len <= i32::MAX`.
+/// `skb` is a valid socket buffer, kept on the receive queue `queue` of a TCP socket whose lock
+/// is held, for `'a`, and `offset + len <= skb->len`, with `len <= i32::MAX`. The queue holds
+/// in-order data only, so the buffers after `skb` continue its sequence space.
 #[derive(Clone, Copy)]
 pub struct SkbData<'a> {
     skb: NonNull<bindings::sk_buff>,
+    queue: NonNull<bindings::sk_buff_head>,
     offset: u32,
     len: u32,
     _p: PhantomData<&'a bindings::sk_buff>,
@@ -61,6 +63,7 @@ impl<'a> SkbData<'a> {
         // INVARIANT: The new range lies inside this one.
         Ok(SkbData {
             skb: self.skb,
+            queue: self.queue,
             offset: self.offset + u32::try_from(offset)?,
             len: u32::try_from(len)?,
             _p: PhantomData,
@@ -91,6 +94,66 @@ impl<'a> SkbData<'a> {
     /// fragments are mapped while it looks at them.
     pub fn for_each_chunk(&self, mut f: impl FnMut(&[u8]) -> Result) -> Result {
         self.walk(&mut f)
+    }
+
+    /// Calls `f` with the `len` bytes that start `from` bytes into this range, as contiguous
+    /// pieces, reading on into the buffers queued after this one without consuming anything.
+    ///
+    /// Returns `Ok(false)`, having called `f` for a prefix only, when fewer bytes are queued yet.
+    /// Stops at the first error `f` returns, and returns it. Like
+    /// [`SkbData::for_each_chunk`], `f` runs in atomic context.
+    pub fn read_ahead(
+        &self,
+        from: usize,
+        len: usize,
+        mut f: impl FnMut(&[u8]) -> Result,
+    ) -> Result<bool> {
+        let mut left = u32::try_from(len).map_err(|_| EINVAL)?;
+        let from = u32::try_from(from).map_err(|_| EINVAL)?;
+        if from > self.len {
+            return Err(EINVAL);
+        }
+        let head = self.queue.as_ptr().cast::<bindings::sk_buff>();
+        // Sequence number of the next byte wanted.
+        // SAFETY: `skb` is valid (type invariant).
+        let mut seq = unsafe { skb_seq(self.skb.as_ptr()) }
+            .wrapping_add(self.offset)
+            .wrapping_add(from);
+        let mut skb = self.skb.as_ptr();
+        while left > 0 {
+            if skb == head {
+                return Ok(false);
+            }
+            // SAFETY: `skb` is this range's buffer or one queued after it on the locked socket's
+            // receive queue (the walk stops at the queue head), so it is valid.
+            let (start, skb_len) = unsafe { (skb_seq(skb), (*skb).len) };
+            let off = seq.wrapping_sub(start);
+            // In-order queue: a buffer starting after `seq` would mean a hole.
+            // CAST: The signed distance in sequence space, as TCP's `before()` computes it.
+            if (off as i32) < 0 {
+                return Err(EINVAL);
+            }
+            if off < skb_len {
+                let n = (skb_len - off).min(left);
+                // INVARIANT: `skb` is a buffer queued on the locked socket (see above) and
+                // `off + n <= skb->len`, which is below `i32::MAX`.
+                let piece = SkbData {
+                    // SAFETY: Not null: it is a queued buffer.
+                    skb: unsafe { NonNull::new_unchecked(skb) },
+                    queue: self.queue,
+                    offset: off,
+                    len: n,
+                    _p: PhantomData,
+                };
+                piece.walk(&mut f)?;
+                left -= n;
+                seq = seq.wrapping_add(n);
+            }
+            // SAFETY: `skb` is valid (above); on a queue, `next` is the following buffer or the
+            // head.
+            skb = unsafe { (*skb).__bindgen_anon_1.__bindgen_anon_1.next };
+        }
+        Ok(true)
     }
 
     fn walk(&self, f: &mut dyn FnMut(&[u8]) -> Result) -> Result {
@@ -138,8 +201,20 @@ impl<'a> SkbData<'a> {
     }
 }
 
+/// The TCP sequence number of the first byte of `skb` (`TCP_SKB_CB(skb)->seq`).
+///
+/// # Safety
+///
+/// `skb` must be a valid buffer of a TCP socket's receive queue.
+unsafe fn skb_seq(skb: *const bindings::sk_buff) -> u32 {
+    // SAFETY: A TCP socket's queued buffers keep a `struct tcp_skb_cb` in their control buffer,
+    // which is large and aligned enough for it; the caller guarantees `skb`.
+    unsafe { (*(*skb).cb.as_ptr().cast::<bindings::tcp_skb_cb>()).seq }
+}
+
 /// The state of one `tcp_read_sock` call, for the actor trampoline.
 struct ReadCtx<'f> {
+    queue: NonNull<bindings::sk_buff_head>,
     actor: &'f mut dyn FnMut(&SkbData<'_>) -> Consumed,
     stopped: bool,
 }
@@ -167,10 +242,12 @@ unsafe extern "C" fn read_actor(
     }
     // CAST: `c_int::MAX` is positive. Socket buffers are far shorter, but the result is an `int`.
     let len = len.min(c_int::MAX as usize);
-    // INVARIANT: `tcp_read_sock` passes a queued buffer of the locked socket, valid during this
-    // call, and a range inside it; `len` was limited to `i32::MAX`.
+    // INVARIANT: `tcp_read_sock` passes a buffer queued on the locked socket's receive queue
+    // (`ctx.queue`), valid during this call, and a range inside it; `len` was limited to
+    // `i32::MAX`.
     let data = SkbData {
         skb,
+        queue: ctx.queue,
         offset,
         // CAST: Limited to `i32::MAX` above.
         len: len as u32,
@@ -199,7 +276,11 @@ pub(crate) unsafe fn read_sock(
     sk: *mut bindings::sock,
     actor: &mut dyn FnMut(&SkbData<'_>) -> Consumed,
 ) -> Result<usize> {
+    // SAFETY: `sk` is valid (caller guarantee); this only takes a field's address.
+    let queue = unsafe { core::ptr::addr_of_mut!((*sk).sk_receive_queue) };
     let mut ctx = ReadCtx {
+        // SAFETY: The address of a field of a valid object is not null.
+        queue: unsafe { NonNull::new_unchecked(queue) },
         actor,
         stopped: false,
     };

@@ -174,13 +174,17 @@ fn header_field_violations_map_to_exact_terminate_codes() {
         TermError::RdmapOperation(RdmapOperation::CatastrophicStream),
         (0, 2, 7),
     );
+    // A Terminate whose header copies disagree with its bits is still a
+    // Terminate (the peer is gone either way): decoded, not refused.
     let mut t_d = untagged(0x41, 0x47, 0, 2, 1, 0);
     t_d.extend_from_slice(&[0x10, 0x00, 0x40, 0x00, 0x00, 0x12]);
-    push(
-        "Terminate D=1 without header",
-        t_d,
-        TermError::RdmapOperation(RdmapOperation::CatastrophicStream),
-        (0, 2, 7),
+    let wire = frame(&t_d);
+    let (segs, err) = receive(&mut rx(false, true), &wire, &[1]);
+    assert_eq!(err, None, "Terminate D=1 without header");
+    let t = segs[0].info.terminate.expect("decoded");
+    assert_eq!(
+        (t.ctrl.layer, t.ctrl.etype, t.ctrl.code, t.ddp),
+        (1, 0, 0, None)
     );
     let mut t_long = untagged(0x41, 0x47, 0, 2, 1, 0);
     t_long.extend_from_slice(&[0u8; TERM_MAX_LEN + 4]);

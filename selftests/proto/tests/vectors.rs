@@ -331,3 +331,48 @@ fn mulpdu_table() {
     assert_eq!(mulpdu(0, false), 128);
     assert_eq!(mulpdu(1 << 20, false), 64768);
 }
+
+/// Terminates laid out as Linux C siw's `siw_send_terminate` builds them on a
+/// little-endian host (bitfield Terminate Control, its own header copies):
+/// the receiver decodes each, never refuses one.
+#[test]
+fn terminate_from_c_siw_is_decoded() {
+    // DDP tagged error 1/1/0x00 (invalid STag): M and D in bits 0 and 1,
+    // then the segment length and the 14-octet tagged header.
+    let tagged = [0x81u8, 0x40, 0, 0, 0x12, 0x34, 0, 0, 0, 0, 0, 0, 0x10, 0];
+    let mut body = vec![0x11, 0x00, 0x03, 0x00, 0x04, 0x00];
+    body.extend_from_slice(&tagged);
+    let t = Terminate::parse_received(&body).unwrap();
+    assert_eq!((t.ctrl.layer, t.ctrl.etype, t.ctrl.code), (1, 1, 0));
+    assert!(t.ctrl.m && t.ctrl.d && !t.ctrl.r);
+    assert_eq!(t.segment_len, 0x400);
+    assert_eq!(t.ddp.unwrap().as_bytes(), &tagged[..]);
+    // RDMAP remote protection 0/1/0x02 on a Send: siw sets M, D and R but
+    // copies only the 18-octet untagged header. The control survives.
+    let untagged = [0x41u8, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    let mut body = vec![0x10, 0x02, 0x07, 0x00, 0x00, 0x20];
+    body.extend_from_slice(&untagged);
+    let t = Terminate::parse_received(&body).unwrap();
+    assert_eq!((t.ctrl.layer, t.ctrl.etype, t.ctrl.code), (0, 1, 2));
+    assert!(t.ddp.is_none() && t.rdma.is_none());
+    // RDMAP operation error 0/2/0xff with no headers: siw's first octet is
+    // 0x20. (Codes 0x05-0x07 also name MPA errors read the RFC way: there the
+    // layout cannot be told apart.)
+    let t = Terminate::parse_received(&[0x20, 0xff, 0x00, 0x00]).unwrap();
+    assert_eq!((t.ctrl.layer, t.ctrl.etype, t.ctrl.code), (0, 2, 0xff));
+    // An RFC 5040 Terminate decodes as before, and a short control still fails.
+    let rfc = [0x12u8, 0x05, 0x00, 0x00];
+    assert_eq!(Terminate::parse_received(&rfc), Terminate::parse(&rfc));
+    assert!(Terminate::parse_received(&[0x12, 0x05]).is_err());
+    // Through the receive path: a siw Terminate frame ends in a Terminate
+    // segment, not in a protocol error.
+    let mut ulpdu = vec![0x41u8, 0x47, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0];
+    ulpdu.extend_from_slice(&[0x10, 0x02, 0x07, 0x00, 0x00, 0x20]);
+    ulpdu.extend_from_slice(&untagged);
+    let wire = common::frame(&ulpdu);
+    let (segs, err) = receive(&mut rx(false, true), &wire, &[wire.len()]);
+    assert_eq!(err, None);
+    assert_eq!(segs.len(), 1);
+    assert_eq!(segs[0].info.opcode, Opcode::Terminate);
+    assert_eq!(segs[0].info.terminate.unwrap().ctrl.code, 2);
+}

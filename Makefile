@@ -43,7 +43,7 @@ host-check:
 vm-check: module
 	@qemu/run-tests.sh
 
-bench:
+bench: module
 	@qemu/bench.sh
 
 fuzz:

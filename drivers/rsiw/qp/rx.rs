@@ -11,11 +11,10 @@
 //!
 //! With CRC on, the FPDU's CRC is then checked before its payload is placed (RFC 5044 §7.1:
 //! nothing of a damaged FPDU reaches the ULP's memory): the receiver reads the rest of the
-//! FPDU ahead in the socket's queue, without consuming it. If the FPDU is not all queued yet,
-//! it stops reading and resumes on the next `data_ready`; only when the FPDU is too large for
-//! the receive buffer to be sure of holding it does the payload go through a per-connection
-//! bounce buffer instead. Payload is copied from the socket buffers straight into the target
-//! pages (a second pass over the same, cache-hot, bytes). A segment takes effect (completion,
+//! FPDU ahead in the socket's queue, without consuming it, and payload is then copied from the
+//! socket buffers straight into the target pages (a second pass over the same, cache-hot,
+//! bytes). An FPDU not all received yet goes through a per-connection bounce buffer instead:
+//! waiting for its rest without consuming would keep TCP's receive window from reopening. A segment takes effect (completion,
 //! invalidation, Read Request queued) only after its CRC checked out.
 //!
 //! Any violation queues a Terminate with the RFC's Layer/EType/Code for the transmit path,
@@ -167,8 +166,6 @@ struct Ahead<'a, 'b> {
     skb: &'a SkbData<'b>,
     /// The chunk's offset in `skb`.
     at: usize,
-    /// The socket's receive buffer size.
-    rcvbuf: usize,
 }
 
 /// Data arrived on `qp`'s socket: receive it.
@@ -181,7 +178,6 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     }
     let mut fail = None;
     let mut close = false;
-    let rcvbuf = sk.rcvbuf();
     let _ = sk.read_sock(|skb| {
         let mut used = 0usize;
         let r = skb.for_each_chunk(|chunk| {
@@ -189,18 +185,9 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
             if !receiving(&g) {
                 return Err(EINVAL);
             }
-            let ahead = Ahead {
-                skb,
-                at: used,
-                rcvbuf,
-            };
+            let ahead = Ahead { skb, at: used };
             match process(qp, &mut g, chunk, &ahead) {
                 Ok(Flow::More) => {}
-                Ok(Flow::Wait(n)) => {
-                    // The rest of an FPDU is still in flight: resume on the next upcall.
-                    used += n;
-                    return Err(EAGAIN);
-                }
                 Ok(Flow::PeerTerminated) => {
                     close = true;
                     return Err(EINVAL);
@@ -285,8 +272,6 @@ fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) -> bool {
 enum Flow {
     /// Go on reading.
     More,
-    /// Stop reading after this many octets of the chunk until more data arrives.
-    Wait(usize),
     /// The peer sent a Terminate: stop, close.
     PeerTerminated,
 }
@@ -326,10 +311,7 @@ fn process(
                 }
             }
             RxEvent::Payload { len, offset } => {
-                let pos = chunk.len() - input.len();
-                if !decide(inner, ahead, ahead.at + pos) {
-                    return Ok(Flow::Wait(pos));
-                }
+                decide(inner, ahead, ahead.at + (chunk.len() - input.len()));
                 let n = len.min(input.len());
                 let (src, rest) = input.split_at(n);
                 place(qp, inner, src, offset)?;
@@ -346,17 +328,16 @@ fn process(
 }
 
 /// Picks how the current segment's payload is placed, before its first octet is: with CRC on,
-/// checks the CRC ahead (`pos` is where the payload starts in `ahead.skb`). Returns `false`
-/// when the FPDU is not all queued yet and the receiver should wait for the rest.
-fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> bool {
+/// checks the CRC ahead (`pos` is where the payload starts in `ahead.skb`).
+fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) {
     let Some(rx) = inner.sess.as_mut().map(|s| &mut s.rx) else {
-        return true;
+        return;
     };
     let Some(cur) = rx.cur.as_mut() else {
-        return true;
+        return;
     };
     if cur.placement != Placement::Undecided {
-        return true;
+        return;
     }
     let lookahead = match cur.target {
         Target::Tagged { .. } | Target::ReadResponse { .. } | Target::Recv { .. } => {
@@ -367,7 +348,7 @@ fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> bool {
     let Some(n) = lookahead else {
         // Nothing is placed (or CRC is off): the stream checks what it must at the trailer.
         cur.placement = Placement::Direct;
-        return true;
+        return;
     };
     let crc = KernelCrc32c;
     let body = n.saturating_sub(CRC_LEN);
@@ -390,14 +371,11 @@ fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> bool {
     cur.placement = match queued {
         Ok(true) if rx.stream.accept_lookahead(reg, trailer) => Placement::Direct,
         Ok(true) => Placement::Discard,
-        // TCP holds at least a quarter of the receive buffer for us: the rest will come.
-        Ok(false) if n <= ahead.rcvbuf / 4 => return false,
         Ok(false) | Err(_) => {
             rx.bounced = 0;
             Placement::Bounce
         }
     };
-    true
 }
 
 /// Validates a segment's header against the connection state and picks its target.

@@ -133,14 +133,6 @@ impl Sock {
         unsafe { addr_of!((*tp).gso_segs).read_volatile() }
     }
 
-    /// The receive buffer's current size in bytes (`sk_rcvbuf`), which bounds how much data
-    /// TCP accepts before the reader consumes some.
-    pub fn rcvbuf(&self) -> usize {
-        // SAFETY: The socket is valid; a racy read of an integer (`READ_ONCE` in C).
-        let v = unsafe { addr_of!((*self.as_raw()).sk_rcvbuf).read_volatile() };
-        usize::try_from(v).unwrap_or(0)
-    }
-
     /// Whether at least a third of the send buffer is free (`sk_stream_is_writeable`).
     pub fn is_writeable(&self) -> bool {
         // SAFETY: The socket is valid.

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Runs inside the VM for `make bench` (qemu/bench.sh): the same workloads on
+# the C siw and on rsiw, one driver after the other for each workload, plus
+# iperf3 as the TCP ceiling. Writes OUT/raw.csv (one line a measurement:
+# workload,size,driver,crc,MBps) and OUT/env (kernel, CPU, settings). Progress
+# goes to stdout.
+#
+# Usage: guest-bench.sh OUT_DIR
+# Environment: BENCH_SECS (seconds per measurement, default 4), BENCH_ROUNDS
+# (measurements per workload and driver, the best is kept, default 1),
+# BENCH_ONLY (a regular expression on workload names: ulp-*, nfs-*, nvme-*,
+# iperf3).
+# shellcheck source-path=SCRIPTDIR
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+RSIW_ROOT=$(pwd)
+OUT=$1
+SECS=${BENCH_SECS:-4}
+ROUNDS=${BENCH_ROUNDS:-1}
+ONLY=${BENCH_ONLY:-.}
+RSIW_KO=$RSIW_ROOT/drivers/rsiw/rsiw.ko
+ULP_KO=$RSIW_ROOT/selftests/ulp/rsiw_ulp.ko
+ULP=/sys/kernel/debug/rsiw_ulp
+ND=bench0 IP=198.18.0.1
+# rsiw with CRC (its default), rsiw without, and the C siw, which cannot ask
+# for CRC itself (mpa_crc_required is a constant false in siw_main.c), so
+# siw-siw connections run without it.
+DRIVERS=(siw rsiw rsiw-nocrc)
+
+# shellcheck source=../selftests/ulp-setup.sh
+. "$RSIW_ROOT/selftests/ulp-setup.sh"
+trap 'ulp_cleanup; link_down' EXIT
+
+say() { printf '[bench] %s\n' "$*"; }
+record() { # WORKLOAD SIZE DRIVER MBPS
+	local crc=0
+	[ "$3" = rsiw ] && crc=1
+	printf '%s,%s,%s,%s,%s\n' "$1" "$2" "$3" "$crc" "$4" >>"$OUT/raw.csv"
+	say "$1 $2 $3: $4 MB/s"
+}
+wanted() { [[ $1 =~ $ONLY ]]; }
+
+modprobe dummy
+ip link add "$ND" type dummy && ip addr add "$IP/24" dev "$ND" && ip link set "$ND" up || exit 1
+modprobe siw || exit 1
+insmod "$RSIW_KO" || exit 1
+mount -t debugfs none /sys/kernel/debug 2>/dev/null
+
+# link_up DRIVER: the RDMA device of DRIVER (siw, rsiw, rsiw-nocrc) on $ND.
+link_up() {
+	local type=${1%-nocrc} crc=1
+	[ "$1" = rsiw-nocrc ] && crc=0
+	if [ "$type" = rsiw ]; then
+		echo "rev=2 crc=$crc markers=0 rtr=write" >/sys/kernel/debug/rsiw/mpa || return
+	fi
+	rdma link add "${type}0" type "$type" netdev "$ND" || return
+	LINK=${type}0
+	DEV=$LINK
+}
+link_down() {
+	[ -n "${LINK:-}" ] || return 0
+	rdma link delete "$LINK"
+	LINK=
+}
+
+{
+	echo "kernel=$(uname -r)"
+	echo "guest_cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
+	echo "guest_cpus=$(nproc)"
+	echo "secs=$SECS"
+	echo "rounds=$ROUNDS"
+	echo "rsiw_mpa=$(head -n 1 /sys/kernel/debug/rsiw/mpa 2>/dev/null)"
+	echo "siw_crc=off (C siw never requests CRC: mpa_crc_required is const false)"
+} >"$OUT/env"
+: >"$OUT/raw.csv"
+
+# ------------------------------------------------------------ kernel verbs
+
+ulp_bench() { # DRIVER
+	local op size res best r mbps
+	insmod "$ULP_KO" || return
+	echo "server addr=$IP port=20887" >"$ULP/ctl" || { rmmod rsiw_ulp; return 1; }
+	for op in write read send; do
+		for size in 4096 65536 1048576; do
+			wanted "ulp-$op" || continue
+			best=0
+			for ((r = 0; r < ROUNDS; r++)); do
+				echo clear >"$ULP/ctl"
+				if echo "bench addr=$IP port=20887 op=$op size=$size secs=$SECS" >"$ULP/ctl"; then
+					res=$(cat "$ULP/result")
+					mbps=$(sed -nE 's/.* MBps=([0-9.]+)$/\1/p' <<<"$res")
+				else
+					mbps=
+				fi
+				[ -n "$mbps" ] || { say "ulp-$op $size $1: failed: $(cat "$ULP/result" 2>/dev/null)"; mbps=0; }
+				best=$(awk -v a="$best" -v b="$mbps" 'BEGIN { print (b > a) ? b : a }')
+			done
+			record "ulp-$op" "$size" "$1" "$best"
+		done
+	done
+	echo stop >"$ULP/ctl"
+	rmmod rsiw_ulp
+}
+
+# ------------------------------------------------------------ fio helpers
+
+# fio_mbps FIO_ARGS...: run fio for SECS and print the job's MB/s (read plus
+# write bandwidth, in 10^6 bytes per second).
+fio_mbps() {
+	local json
+	json=$(timeout $((SECS * 4 + 120)) fio --output-format=json --time_based --runtime="$SECS" \
+		--ramp_time=1 --group_reporting "$@" 2>/dev/null) || { echo 0; return; }
+	python3 - "$json" <<'EOF'
+import json, sys
+text = sys.argv[1]
+j = json.loads(text[text.find("{"):])
+job = j["jobs"][0]
+bw = (job["read"]["bw_bytes"] + job["write"]["bw_bytes"]) / 1e6
+print("%.1f" % bw)
+EOF
+}
+
+# fio_patterns WORKLOAD DRIVER TARGET_ARGS...: sequential write and read at
+# 1 MiB, random read at 4 KiB.
+fio_patterns() {
+	local w=$1 drv=$2 best r v
+	shift 2
+	local -a pats=("seqwrite 1048576 --rw=write --bs=1M --iodepth=8"
+		"seqread 1048576 --rw=read --bs=1M --iodepth=8"
+		"randread 4096 --rw=randread --bs=4k --iodepth=32")
+	local p name size args
+	for p in "${pats[@]}"; do
+		read -r name size args <<<"$p"
+		wanted "$w-$name" || continue
+		best=0
+		for ((r = 0; r < ROUNDS; r++)); do
+			# shellcheck disable=SC2086 # args are fio options
+			v=$(fio_mbps --name="$w-$name" --ioengine=libaio --direct=1 $args "$@")
+			best=$(awk -v a="$best" -v b="$v" 'BEGIN { print (b > a) ? b : a }')
+		done
+		record "$w-$name" "$size" "$drv" "$best"
+	done
+}
+
+# ------------------------------------------------------------ NFS over RDMA
+
+nfs_bench() { # DRIVER
+	local mnt=/tmp/bench-nfs
+	nfs_server_start /srv/bench || return
+	nfs_mount "$IP" /srv/bench 4.2 "$mnt" || { nfs_server_stop; return 1; }
+	# Write the file once so that reads have data to read.
+	dd if=/dev/zero of="$mnt/f" bs=1M count=256 oflag=direct status=none
+	fio_patterns nfs "$1" --filename="$mnt/f" --size=256M
+	rm -f "$mnt/f"
+	nfs_umount "$mnt"
+	nfs_server_stop
+}
+
+# ------------------------------------------------------------ NVMe-oF
+
+nvme_bench() { # DRIVER
+	local nqn=nqn.2026-11.io.rsiw:bench dev
+	nvmet_port 1 "$IP" 4420 "$nqn" || return
+	nvme_connect "$IP" 4420 "$nqn" || { nvmet_port_del 1 "$nqn"; return 1; }
+	dev=$(nvme_namespaces "$nqn" | head -n 1)
+	fio_patterns nvme "$1" --filename="$dev"
+	nvme_disconnect "$nqn"
+	nvmet_port_del 1 "$nqn"
+}
+
+# ------------------------------------------------------------ main
+
+if wanted nfs; then
+	nfs_export_tmpfs /srv/bench 400M || exit 1
+fi
+if wanted nvme; then
+	nvmet_null_blk bench0 1024 && nvmet_subsys nqn.2026-11.io.rsiw:bench /dev/bench0 || exit 1
+fi
+
+for w in ulp nfs nvme; do
+	wanted "$w" || continue
+	for drv in "${DRIVERS[@]}"; do
+		say "$w on $drv"
+		link_up "$drv" || { say "cannot bring up $drv"; continue; }
+		"${w}_bench" "$drv" || say "$w on $drv failed"
+		link_down
+		# Let the RDMA core finish removing the device before the next one.
+		sleep 1
+	done
+done
+
+if wanted iperf3; then
+	iperf3 -s -D -B "$IP" -1 >/dev/null 2>&1
+	sleep 1
+	mbps=$(timeout $((SECS + 30)) iperf3 -c "$IP" -t "$SECS" -J 2>/dev/null |
+		python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e6))' 2>/dev/null)
+	record iperf3 1048576 tcp "${mbps:-0}"
+fi
+say "done"

@@ -1,0 +1,395 @@
+# Setup and teardown of the kernel ULPs that run over an RDMA device: the NFS
+# server (knfsd on an RDMA port) and client (mount -o proto=rdma), the NVMe-oF
+# target (nvmet-rdma through configfs) and host (nvme connect -t rdma). Sourced,
+# not run: by selftests/nfs-rdma.sh and nvmeof-rdma.sh (server and client in one
+# VM), and by tests and benchmarks that put the server in one VM and the client
+# in another, so the two halves are separate functions, parameterized by
+# address and port. The RDMA device and its netdev are the caller's.
+#
+# Every function returns non-zero with a message on stderr when it fails, and
+# prints nothing else unless it says so. What a function creates is recorded and
+# undone, newest first, by ulp_cleanup (the caller runs it at exit: this file
+# sets trap 'ulp_cleanup; cleanup' EXIT when lib.sh's cleanup exists), or by
+# the matching down function. Modules loaded through ulp_modprobe are unloaded
+# again.
+#
+# server (knfsd)                         client
+#   nfs_export_tmpfs DIR SIZE              nfs_mount ADDR EXPORT VERS DIR [PORT] [OPTS]
+#   nfs_server_start EXPORT [PORT]         nfs_umount DIR
+#   nfs_server_stop                        nfs_mount_xprt DIR
+# target (nvmet)                         host (nvme)
+#   nvmet_null_blk NAME SIZE_MB            nvme_connect ADDR SVCID NQN
+#   nvmet_brd SIZE_MB                      nvme_disconnect NQN
+#   nvmet_subsys NQN DEV...                nvme_namespaces NQN
+#   nvmet_port ID ADDR SVCID NQN
+#   nvmet_port_del ID NQN, nvmet_subsys_del NQN
+# shellcheck shell=bash
+
+NFS_RDMA_PORT=${NFS_RDMA_PORT:-20049}
+NVME_RDMA_PORT=${NVME_RDMA_PORT:-4420}
+# Fixed host identity: nvme connect must not depend on /etc/nvme of the host.
+NVME_HOSTNQN=${NVME_HOSTNQN:-nqn.2014-08.org.nvmexpress:uuid:72736977-0000-4000-8000-000000000001}
+NVME_HOSTID=${NVME_HOSTID:-72736977-0000-4000-8000-000000000001}
+NVMET_CFS=/sys/kernel/config/nvmet
+NULLB_CFS=/sys/kernel/config/nullb
+
+# ---------------------------------------------------------------- undo list
+
+_ulp_undo_keys=()
+declare -A _ulp_undo=()
+_ulp_mods=()
+
+# ulp_undo_add KEY COMMAND: run COMMAND (a shell string) at ulp_cleanup, unless
+# ulp_undo_drop KEY comes first. Newest first.
+ulp_undo_add() {
+	_ulp_undo_keys+=("$1")
+	_ulp_undo[$1]=$2
+}
+
+# ulp_undo_drop KEY: forget KEY's command (its thing was undone explicitly).
+ulp_undo_drop() {
+	unset "_ulp_undo[$1]"
+}
+
+# ulp_undo KEY: run KEY's undo command now and forget it.
+ulp_undo() {
+	local cmd=${_ulp_undo[$1]:-}
+	ulp_undo_drop "$1"
+	[ -z "$cmd" ] || eval "$cmd"
+}
+
+# ulp_cleanup: undo everything still recorded, newest first, then unload the
+# modules ulp_modprobe loaded. Safe to call twice. Failures go to stderr and
+# make the status non-zero. A test calls it before tap_done, whose cleanup
+# removes the RDMA device and the driver first.
+ulp_cleanup() {
+	local i key st=0
+	for ((i = ${#_ulp_undo_keys[@]} - 1; i >= 0; i--)); do
+		key=${_ulp_undo_keys[$i]}
+		[ -n "${_ulp_undo[$key]:-}" ] || continue
+		ulp_undo "$key" || { echo "ulp_cleanup: undoing $key failed" >&2; st=1; }
+	done
+	_ulp_undo_keys=()
+	for ((i = ${#_ulp_mods[@]} - 1; i >= 0; i--)); do
+		[ -d "/sys/module/${_ulp_mods[$i]//-/_}" ] || continue
+		timeout 60 modprobe -r "${_ulp_mods[$i]}" || { echo "ulp_cleanup: cannot unload ${_ulp_mods[$i]}" >&2; st=1; }
+	done
+	_ulp_mods=()
+	return $st
+}
+if declare -F cleanup >/dev/null; then
+	trap 'ulp_cleanup; cleanup' EXIT
+else
+	trap ulp_cleanup EXIT
+fi
+
+# ulp_modprobe MODULE [PARAM=VALUE]...: load MODULE unless loaded; unloaded
+# again at ulp_cleanup if this call loaded it.
+ulp_modprobe() {
+	[ -d "/sys/module/${1//-/_}" ] && return 0
+	modprobe "$@" || return
+	_ulp_mods+=("$1")
+}
+
+# ulp_mount_tmpfs DIR SIZE: mount a tmpfs of SIZE (e.g. 3G) on DIR, creating
+# DIR; unmounted at cleanup.
+ulp_mount_tmpfs() {
+	mkdir -p "$1" && mount -t tmpfs -o "size=$2,mode=0755" tmpfs "$1" || return
+	ulp_undo_add "tmpfs:$1" "umount $(printf '%q' "$1")"
+}
+
+# ---------------------------------------------------------------- RDMA resources
+
+# ulp_res_count DEV KIND: how many KIND (qp, mr, cq, pd, cm_id, srq) the RDMA
+# core tracks on DEV, from rdma res show.
+ulp_res_count() {
+	timeout 20 rdma res show 2>/dev/null | awk -v d="$1:" -v k="$2" '
+		$2 == d { for (i = 3; i < NF; i++) if ($i == k) print $(i + 1) }'
+}
+
+# ulp_res_summary DEV: DEV's line of rdma res show ("pd 0 cq 0 qp 0 ...").
+ulp_res_summary() {
+	timeout 20 rdma res show 2>/dev/null | awk -v d="$1:" '$2 == d { $1 = $2 = ""; sub(/^ +/, ""); print }'
+}
+
+# ulp_no_qps DEV: whether DEV has no QPs (for wait_for after a teardown).
+ulp_no_qps() {
+	[ "$(ulp_res_count "$1" qp)" = 0 ]
+}
+
+# ulp_rsiw_mpa KEY: rsiw's negotiation counter KEY (established, crc, markers,
+# rev1, rtr_*) from /sys/kernel/debug/rsiw/mpa; empty without rsiw.
+ulp_rsiw_mpa() {
+	awk -v k="$1" 'NR == 2 { for (i = 1; i <= NF; i++) { split($i, f, "="); if (f[1] == k) print f[2] } }' \
+		/sys/kernel/debug/rsiw/mpa 2>/dev/null
+}
+
+# ---------------------------------------------------------------- NFS server
+
+# nfs_export_tmpfs DIR SIZE: a tmpfs on DIR to export; unmounted at cleanup.
+nfs_export_tmpfs() {
+	ulp_mount_tmpfs "$1" "$2"
+}
+
+_nfs_export=
+_nfs_pids=()
+
+# nfs_server_start EXPORT [PORT]: export the directory EXPORT to everyone as
+# the NFSv4 root (fsid=0; NFSv3 mounts it by its path) and start knfsd (8
+# threads, NFSv3, 4.0, 4.1, 4.2) listening for RPC/RDMA on PORT (default
+# NFS_RDMA_PORT) of every address, plus rpcbind and mountd. The root file
+# system may be read-only: /var/lib/nfs becomes a tmpfs, /etc/exports is not
+# used. The NFSv4 grace period is cut to 10 s. nfs_server_stop undoes it all.
+nfs_server_start() {
+	local export=$1 port=${2:-$NFS_RDMA_PORT}
+	[ -d "$export" ] || { echo "nfs_server_start: $export is not a directory" >&2; return 1; }
+	ulp_modprobe nfsd || return
+	ulp_modprobe rpcrdma || return
+	ulp_undo_add nfs-server nfs_server_stop
+	_nfs_export=$export
+	mount -t tmpfs -o size=16M,mode=0755 nfs-state /var/lib/nfs || return
+	mkdir -p /var/lib/nfs/sm /var/lib/nfs/sm.bak /var/lib/nfs/v4recovery &&
+		: >/var/lib/nfs/etab && : >/var/lib/nfs/rmtab || return
+	if ! grep -q '^nfsd /proc/fs/nfsd ' /proc/mounts; then
+		mount -t nfsd nfsd /proc/fs/nfsd || return
+	fi
+	# The v4 grace period (90 s by default) delays the first OPEN.
+	echo 10 >/proc/fs/nfsd/nfsv4gracetime && echo 30 >/proc/fs/nfsd/nfsv4leasetime || return
+	# In the foreground, in the background: the daemons stay in the caller's
+	# session (where the selftest runner looks for leftovers) and their PIDs known.
+	# Their output to a log of their own: an inherited stdout could be a file
+	# the caller truncates and rewrites.
+	mkdir -p /run/rsiw-nfs || return
+	rpcbind -w -f >>/run/rsiw-nfs/rpcbind.log 2>&1 &
+	_nfs_pids+=($!)
+	_ulp_wait_rpcbind || return
+	exportfs -i -o rw,insecure,no_root_squash,no_subtree_check,fsid=0,sync "*:$export" || return
+	rpc.mountd -F --no-nfs-version 2 >>/run/rsiw-nfs/mountd.log 2>&1 &
+	_nfs_pids+=($!)
+	# For an nfs_server_stop from another shell (a two-VM harness).
+	printf '%s\n' "${_nfs_pids[@]}" >/run/rsiw-nfs/pids
+	printf '%s\n' "$export" >/run/rsiw-nfs/export
+	rpc.nfsd 8 || return
+	echo "rdma $port" >/proc/fs/nfsd/portlist || {
+		echo "nfs_server_start: cannot add an RDMA listener on port $port" >&2
+		return 1
+	}
+	grep -qx "rdma $port" /proc/fs/nfsd/portlist || {
+		echo "nfs_server_start: rdma $port missing from /proc/fs/nfsd/portlist:" >&2
+		cat /proc/fs/nfsd/portlist >&2
+		return 1
+	}
+}
+
+# nfs_server_stop: stop knfsd, mountd and rpcbind, unexport, drop the state.
+nfs_server_stop() {
+	local st=0
+	ulp_undo_drop nfs-server
+	((${#_nfs_pids[@]})) || mapfile -t _nfs_pids 2>/dev/null </run/rsiw-nfs/pids
+	[ -n "$_nfs_export" ] || _nfs_export=$(cat /run/rsiw-nfs/export 2>/dev/null)
+	if [ -e /proc/fs/nfsd/threads ]; then
+		timeout 120 rpc.nfsd 0 || { echo "nfs_server_stop: rpc.nfsd 0 failed" >&2; st=1; }
+	fi
+	[ -z "$_nfs_export" ] || exportfs -u "*:$_nfs_export" 2>/dev/null
+	_nfs_export=
+	_ulp_kill "${_nfs_pids[@]}"
+	_nfs_pids=()
+	rm -rf /run/rsiw-nfs
+	if grep -q '^nfsd /proc/fs/nfsd ' /proc/mounts; then
+		umount /proc/fs/nfsd || st=1
+	fi
+	if grep -q ' /var/lib/nfs tmpfs ' /proc/mounts; then
+		umount /var/lib/nfs || st=1
+	fi
+	return $st
+}
+
+# _ulp_kill PID...: stop these processes (newest first) and reap them.
+_ulp_kill() {
+	local i
+	for ((i = $#; i > 0; i--)); do
+		kill "${!i}" 2>/dev/null || continue
+		timeout 10 tail --pid="${!i}" -f /dev/null || kill -KILL "${!i}" 2>/dev/null
+		wait "${!i}" 2>/dev/null
+	done
+	return 0
+}
+
+# _ulp_wait_rpcbind: wait until rpcbind answers (mountd and nfsd register with it).
+_ulp_wait_rpcbind() {
+	local _
+	for _ in $(seq 100); do
+		rpcinfo -p 127.0.0.1 >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	echo "rpcbind does not answer" >&2
+	return 1
+}
+
+# ---------------------------------------------------------------- NFS client
+
+# nfs_mount ADDR EXPORT VERS DIR [PORT] [OPTS]: mount the server ADDR's export
+# over RPC/RDMA (proto=rdma, port PORT, default NFS_RDMA_PORT) on DIR, creating
+# DIR. VERS is 3, 4.0, 4.1 or 4.2; NFSv3 mounts EXPORT by path (MOUNT over
+# TCP, no locking), NFSv4 mounts "/" (nfs_server_start exports EXPORT as the v4
+# root). OPTS are more mount options. Unmounted at cleanup.
+nfs_mount() {
+	local addr=$1 export=$2 vers=$3 dir=$4 port=${5:-$NFS_RDMA_PORT} extra=${6:-} opts path
+	# Loaded here rather than by mount, so that ulp_cleanup unloads them.
+	ulp_modprobe rpcrdma && ulp_modprobe "nfsv${vers%%.*}" || return
+	opts="vers=$vers,proto=rdma,port=$port"
+	if [ "$vers" = 3 ]; then
+		opts+=",mountproto=tcp,nolock"
+		path=$export
+	else
+		path=/
+	fi
+	[ -z "$extra" ] || opts+=",$extra"
+	mkdir -p "$dir" || return
+	timeout 120 mount -t nfs -o "$opts" "$addr:$path" "$dir" || return
+	ulp_undo_add "nfs:$dir" "nfs_umount $(printf '%q' "$dir") || umount -f -l $(printf '%q' "$dir")"
+}
+
+# nfs_umount DIR: unmount the NFS mount on DIR.
+nfs_umount() {
+	ulp_undo_drop "nfs:$1"
+	timeout 120 umount "$1"
+}
+
+# nfs_mount_xprt DIR: the transport (rdma, tcp) of the NFS mount on DIR, from
+# /proc/self/mountstats.
+nfs_mount_xprt() {
+	awk -v d="$1" '
+		$1 == "device" { cur = ($5 == d) }
+		cur && $1 == "xprt:" { print $2; exit }' /proc/self/mountstats
+}
+
+# ---------------------------------------------------------------- NVMe-oF target
+
+# nvmet_null_blk NAME SIZE_MB: a memory-backed null_blk device /dev/NAME (the
+# default null_blk keeps no data) through null_blk's configfs; removed at cleanup.
+nvmet_null_blk() {
+	local d=$NULLB_CFS/$1
+	ulp_modprobe null_blk nr_devices=0 || return
+	mkdir "$d" || return
+	ulp_undo_add "nullb:$1" "rmdir $(printf '%q' "$d")"
+	echo "$2" >"$d/size" && echo 1 >"$d/memory_backed" && echo 4096 >"$d/blocksize" &&
+		echo 1 >"$d/power" || return
+	ulp_undo_add "nullb-power:$1" "echo 0 >$(printf '%q' "$d/power")"
+	_ulp_wait_block "/dev/$1"
+}
+
+# nvmet_brd SIZE_MB: one brd RAM disk, /dev/ram0; the module is unloaded at
+# cleanup (brd has no other way to remove a disk). Fails if brd is loaded.
+nvmet_brd() {
+	[ -d /sys/module/brd ] && { echo "nvmet_brd: brd is already loaded" >&2; return 1; }
+	ulp_modprobe brd rd_nr=1 rd_size=$(($1 * 1024)) max_part=0 || return
+	_ulp_wait_block /dev/ram0
+}
+
+_ulp_wait_block() {
+	local _
+	for _ in $(seq 100); do
+		[ -b "$1" ] && return 0
+		sleep 0.1
+	done
+	echo "no block device $1" >&2
+	return 1
+}
+
+# nvmet_subsys NQN DEV...: an NVMe subsystem NQN open to any host, with
+# namespace 1 on the first block device DEV, 2 on the next, ...; removed at
+# cleanup or by nvmet_subsys_del.
+nvmet_subsys() {
+	local nqn=$1 s nsid=0 dev
+	shift
+	ulp_modprobe nvmet || return
+	s=$NVMET_CFS/subsystems/$nqn
+	mkdir "$s" || return
+	ulp_undo_add "subsys:$nqn" "nvmet_subsys_del $(printf '%q' "$nqn")"
+	echo 1 >"$s/attr_allow_any_host" || return
+	for dev in "$@"; do
+		nsid=$((nsid + 1))
+		mkdir "$s/namespaces/$nsid" && echo "$dev" >"$s/namespaces/$nsid/device_path" &&
+			echo 1 >"$s/namespaces/$nsid/enable" || return
+	done
+}
+
+# nvmet_subsys_del NQN: disable and remove the subsystem's namespaces, then it.
+nvmet_subsys_del() {
+	local s=$NVMET_CFS/subsystems/$1 ns st=0
+	ulp_undo_drop "subsys:$1"
+	[ -d "$s" ] || return 0
+	for ns in "$s"/namespaces/*; do
+		[ -d "$ns" ] || continue
+		echo 0 >"$ns/enable"
+		rmdir "$ns" || st=1
+	done
+	rmdir "$s" || st=1
+	return $st
+}
+
+# nvmet_port ID ADDR SVCID NQN: an RDMA port (IPv4 ADDR, service SVCID)
+# offering the subsystem NQN; removed at cleanup or by nvmet_port_del.
+nvmet_port() {
+	local id=$1 addr=$2 svcid=$3 nqn=$4 p
+	ulp_modprobe nvmet-rdma || return
+	p=$NVMET_CFS/ports/$id
+	mkdir "$p" || return
+	ulp_undo_add "port:$id" "nvmet_port_del $id $(printf '%q' "$nqn")"
+	echo rdma >"$p/addr_trtype" && echo ipv4 >"$p/addr_adrfam" &&
+		echo "$addr" >"$p/addr_traddr" && echo "$svcid" >"$p/addr_trsvcid" || return
+	# Linking the subsystem makes nvmet-rdma listen (rdma_listen on ADDR).
+	ln -s "$NVMET_CFS/subsystems/$nqn" "$p/subsystems/$nqn"
+}
+
+# nvmet_port_del ID NQN: stop offering NQN on port ID and remove the port.
+nvmet_port_del() {
+	local p=$NVMET_CFS/ports/$1 st=0
+	ulp_undo_drop "port:$1"
+	[ -d "$p" ] || return 0
+	if [ -L "$p/subsystems/$2" ]; then
+		rm "$p/subsystems/$2" || st=1
+	fi
+	rmdir "$p" || st=1
+	return $st
+}
+
+# ---------------------------------------------------------------- NVMe-oF host
+
+# nvme_connect ADDR SVCID NQN [OPTION]...: connect to the subsystem NQN at
+# ADDR:SVCID over RDMA (more nvme connect OPTIONs may follow) and wait until its
+# namespaces have block devices. Disconnected at cleanup or by nvme_disconnect.
+nvme_connect() {
+	local addr=$1 svcid=$2 nqn=$3 _
+	shift 3
+	ulp_modprobe nvme-rdma || return
+	timeout 120 nvme connect -t rdma -a "$addr" -s "$svcid" -n "$nqn" \
+		--hostnqn="$NVME_HOSTNQN" --hostid="$NVME_HOSTID" "$@" >/dev/null || return
+	ulp_undo_add "nvme:$nqn" "nvme_disconnect $(printf '%q' "$nqn")"
+	for _ in $(seq 100); do
+		[ -n "$(nvme_namespaces "$nqn")" ] && return 0
+		sleep 0.1
+	done
+	echo "nvme_connect: no namespace of $nqn appeared" >&2
+	return 1
+}
+
+# nvme_disconnect NQN: disconnect every controller of NQN.
+nvme_disconnect() {
+	ulp_undo_drop "nvme:$1"
+	timeout 120 nvme disconnect -n "$1" >/dev/null
+}
+
+# nvme_namespaces NQN: the block devices (/dev/nvmeXnY) of the connected
+# subsystem NQN, in namespace ID order, one a line.
+nvme_namespaces() {
+	local b
+	for b in /sys/block/nvme*n*; do
+		# Namespace disks only (not the per-path nvmeXcYnZ of multipath); the
+		# disk's parent is its controller or, with multipath, its subsystem.
+		[[ $(basename "$b") =~ ^nvme[0-9]+n[0-9]+$ ]] || continue
+		[ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+		echo "$(cat "$b/nsid" 2>/dev/null || echo 0) /dev/$(basename "$b")"
+	done | sort -n | awk '{ print $2 }'
+}

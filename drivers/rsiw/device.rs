@@ -8,6 +8,7 @@ use crate::{
     cq::{self, CqData},
     mem::{self, MrData, StagTable},
     qp::{self, QpData},
+    srq::{self, SrqData},
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{
@@ -25,6 +26,7 @@ use kernel::{
         link::{HandlerSlot, LinkHandler},
         mr::{AllMemory, KernelRange, Mr, MrKeys, MrType},
         qp::{Qp, QpInitAttr, QpModify, QpQuery, QpRef, RecvWr, SendWr},
+        srq::{Srq, SrqAttr, SrqInitAttr, SrqModify},
         udata::UserData,
         verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
     },
@@ -84,6 +86,8 @@ pub(crate) struct DeviceData {
     num_pd: AtomicU32,
     /// Live completion queues, bounded by [`MAX_CQ`].
     num_cq: AtomicU32,
+    /// Live shared receive queues, bounded by [`srq::MAX_SRQ`].
+    num_srq: AtomicU32,
     /// `vendor_part_id`, unique per device while the module is loaded.
     part_id: u32,
     /// Node GUID, an EUI-64 of the netdev's MAC at creation time.
@@ -104,15 +108,17 @@ impl rdma_dev::Driver for Rsiw {
     type IwCm = crate::cm::RsiwCm;
     type Qp = QpData;
     type Mr = MrData;
+    type Srq = SrqData;
 
     fn create_qp(
         pd: &Pd<Self>,
         attr: &mut QpInitAttr,
+        srq: Option<&Srq<Self>>,
         _udata: &mut UserData<'_>,
     ) -> Result<(impl PinInit<QpData, Error>, u32)> {
         let dev = pd.device();
         take_slot(&dev.data().num_qp, qp::MAX_QP)?;
-        let res = qp::create(attr).map(|init| {
+        let res = qp::create(attr, srq).map(|init| {
             let mut table = dev.data().qps.lock();
             // QPN 0 and 1 are special in the verbs API; wrap past them and skip live ones.
             let mut qpn = table.next_qpn.max(2);
@@ -239,6 +245,34 @@ impl rdma_dev::Driver for Rsiw {
         cq::arm(cq, req)
     }
 
+    fn create_srq(
+        pd: &Pd<Self>,
+        attr: &mut SrqInitAttr,
+        _udata: &mut UserData<'_>,
+    ) -> Result<impl PinInit<SrqData, Error>> {
+        let dev = pd.device();
+        take_slot(&dev.data().num_srq, srq::MAX_SRQ)?;
+        srq::create(pd, attr).inspect_err(|_| {
+            dev.data().num_srq.fetch_sub(1, Ordering::AcqRel);
+        })
+    }
+
+    fn destroy_srq(s: &Srq<Self>) {
+        s.device().data().num_srq.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn modify_srq(s: &Srq<Self>, m: &SrqModify) -> Result {
+        srq::queue(s).modify(m)
+    }
+
+    fn query_srq(s: &Srq<Self>) -> Result<SrqAttr> {
+        Ok(srq::queue(s).query())
+    }
+
+    fn post_srq_recv(s: &Srq<Self>, wr: &RecvWr<'_>) -> Result {
+        srq::queue(s).post(wr)
+    }
+
     fn query_device(dev: &Device<Self>) -> Result<DeviceAttr> {
         let data = dev.data();
         Ok(DeviceAttr {
@@ -257,6 +291,9 @@ impl rdma_dev::Driver for Rsiw {
             max_pd: MAX_PD,
             max_cq: MAX_CQ,
             max_cqe: cq::MAX_CQE,
+            max_srq: srq::MAX_SRQ,
+            max_srq_wr: srq::MAX_SRQ_WR,
+            max_srq_sge: qp::MAX_SGE,
             vendor_id: VENDOR_ID,
             vendor_part_id: data.part_id,
             sys_image_guid: data.node_guid,
@@ -408,6 +445,7 @@ impl LinkHandler for Links {
             num_mr: AtomicU32::new(0),
             num_pd: AtomicU32::new(0),
             num_cq: AtomicU32::new(0),
+            num_srq: AtomicU32::new(0),
             part_id: NEXT_PART_ID.fetch_add(1, Ordering::Relaxed),
             node_guid,
         });

@@ -19,6 +19,7 @@ mod mem;
 pub mod proto;
 mod qp;
 mod ring;
+mod srq;
 
 module! {
     type: RsiwModule,

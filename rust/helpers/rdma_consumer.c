@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Non-inline wrappers for the static inline RDMA consumer (ULP) functions
- * that kernel::rdma::consumer calls: posting, polling, DMA mapping, FRWR key
- * rotation, and the scatterlist and completion initialisers they need.
+ * that kernel::rdma::consumer calls: posting (to QPs and SRQs), SRQ creation,
+ * polling, DMA mapping, FRWR key rotation, and the scatterlist and completion
+ * initialisers they need.
  */
 
 #include <linux/completion.h>
@@ -71,3 +72,15 @@ void rust_helper_sg_set_buf(struct scatterlist *sg, const void *buf, unsigned in
 }
 
 /* init_completion() is wrapped in rdma.c, shared with the provider side. */
+
+struct ib_srq *rust_helper_ib_create_srq(struct ib_pd *pd,
+					 struct ib_srq_init_attr *srq_init_attr)
+{
+	return ib_create_srq(pd, srq_init_attr);
+}
+
+int rust_helper_ib_post_srq_recv(struct ib_srq *srq, const struct ib_recv_wr *recv_wr,
+				 const struct ib_recv_wr **bad_recv_wr)
+{
+	return ib_post_srq_recv(srq, recv_wr, bad_recv_wr);
+}

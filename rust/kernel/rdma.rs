@@ -14,6 +14,7 @@ pub mod iwcm;
 pub mod link;
 pub mod mr;
 pub mod qp;
+pub mod srq;
 pub mod udata;
 pub mod verbs;
 

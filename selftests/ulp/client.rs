@@ -25,7 +25,7 @@ use kernel::{
 };
 
 /// How long one step may take before the test fails.
-const STEP_MS: u32 = 10_000;
+pub(crate) const STEP_MS: u32 = 10_000;
 
 /// wr_ids of the client.
 const WR_CTRL_RX: u64 = 1;
@@ -46,7 +46,7 @@ pub(crate) struct Fail {
 pub(crate) type TResult<T = ()> = core::result::Result<T, Fail>;
 
 /// Adds context to errors.
-trait Ctx<T> {
+pub(crate) trait Ctx<T> {
     fn at(self, what: &'static str) -> TResult<T>;
 }
 
@@ -61,7 +61,8 @@ impl<T, E: Into<Error>> Ctx<T> for core::result::Result<T, E> {
     }
 }
 
-fn fail(what: &'static str, a: u64, b: u64) -> Fail {
+/// A failure of `what` (with two numbers that say how) without an errno of its own.
+pub(crate) fn fail(what: &'static str, a: u64, b: u64) -> Fail {
     Fail {
         what,
         a,
@@ -107,7 +108,8 @@ impl CmHandler for ClientCm {
 }
 
 impl ClientCm {
-    fn new() -> Result<Arc<Self>> {
+    /// A handler with no events yet.
+    pub(crate) fn new() -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(ClientCm {
                 log <- new_mutex!(
@@ -125,7 +127,7 @@ impl ClientCm {
     }
 
     /// Waits for the first event not yet consumed and consumes it.
-    fn next(&self, timeout_ms: u32) -> Result<(CmEventKind, i32)> {
+    pub(crate) fn next(&self, timeout_ms: u32) -> Result<(CmEventKind, i32)> {
         let mut log = self.log.lock();
         let mut left = msecs_to_jiffies(timeout_ms);
         loop {
@@ -166,7 +168,8 @@ pub(crate) struct Done {
 }
 
 impl Done {
-    fn of(wc: &Wc) -> Done {
+    /// The completion `wc`, kept.
+    pub(crate) fn of(wc: &Wc) -> Done {
         Done {
             wr_id: wc.wr_id(),
             status: wc.status(),
@@ -495,7 +498,7 @@ impl Conn {
 
 /// Takes the first entry matching `pred` out of a list of slots; empties the list once every
 /// slot is consumed.
-fn take_first<T: Copy>(v: &mut KVec<Option<T>>, pred: impl Fn(&T) -> bool) -> Option<T> {
+pub(crate) fn take_first<T: Copy>(v: &mut KVec<Option<T>>, pred: impl Fn(&T) -> bool) -> Option<T> {
     let found = v
         .iter_mut()
         .find(|s| s.as_ref().is_some_and(&pred))
@@ -526,7 +529,8 @@ fn event_code(k: CmEventKind) -> u64 {
     }
 }
 
-fn expect_event(cm: &ClientCm, want: CmEventKind, what: &'static str) -> TResult {
+/// Waits for the next CM event, which must be `want`.
+pub(crate) fn expect_event(cm: &ClientCm, want: CmEventKind, what: &'static str) -> TResult {
     let (kind, st) = cm.next(STEP_MS).at(what)?;
     if kind != want {
         // CAST: The status is a (negative) errno, reported as a number.
@@ -535,7 +539,8 @@ fn expect_event(cm: &ClientCm, want: CmEventKind, what: &'static str) -> TResult
     Ok(())
 }
 
-fn status_ok(r: &Msg, what: &'static str) -> TResult {
+/// Requires a [`Kind::Status`] OK reply (else fails with what the server reported).
+pub(crate) fn status_ok(r: &Msg, what: &'static str) -> TResult {
     if r.kind != Kind::Status {
         return Err(fail(
             "the server answered with the wrong message",

@@ -26,7 +26,8 @@ const MAGIC: [u8; 4] = *b"RUL1";
 #[repr(u8)]
 pub(crate) enum Kind {
     /// Client: register a target region. `a` length, `b` seed to fill it with (0: zeros),
-    /// `c` access (1 remote read, 2 remote write).
+    /// `c` access (1 remote read, 2 remote write), `d` flags (1 sealed: the region must keep
+    /// its content; the server checks it when the target is replaced or the connection ends).
     Target = 1,
     /// Server: the target region. `a` iova, `b` rkey, `c` length.
     TargetIs = 2,

@@ -7,12 +7,13 @@
 //!
 //! ```text
 //! echo "server addr=198.18.0.1 port=20886" > /sys/kernel/debug/rsiw_ulp/ctl
+//! echo "server addr=198.18.0.1 port=20887 srq=1" > ctl   # connections share an SRQ
 //! echo "client addr=198.18.0.1 port=20886 test=all" > /sys/kernel/debug/rsiw_ulp/ctl
 //! echo "client addr=198.18.0.1 port=20886 test=write size=65537 sge=6 qps=64 signaled=0" > ctl
 //! echo "bench addr=198.18.0.1 port=20886 op=write size=65536 secs=5" > ctl
 //! echo "stop" > ctl; echo "clear" > ctl
 //! cat /sys/kernel/debug/rsiw_ulp/result    # "ok N - ..." / "not ok N - ... # why", bench lines
-//! cat /sys/kernel/debug/rsiw_ulp/status    # servers and their counters
+//! cat /sys/kernel/debug/rsiw_ulp/status    # servers and their counters (see server.rs)
 //! ```
 //!
 //! A client command runs in the writing process and returns when its tests are done; the write
@@ -24,6 +25,7 @@ mod client;
 mod proto;
 mod region;
 mod server;
+mod srq;
 
 use client::{BenchOp, Conn, ConnOpts, Fail, Params, TResult};
 use core::fmt::Write;
@@ -191,11 +193,19 @@ impl FileHandler for StatusFile {
         for s in servers.iter() {
             let a = s.addr();
             let (st, open) = s.stats();
-            let _ = writeln!(
+            let _ = write!(
                 t,
-                "server addr={}.{}.{}.{} port={} accepted={} rejected={} closed={} failed={} open={}",
-                a.addr[0], a.addr[1], a.addr[2], a.addr[3], a.port, st.accepted, st.rejected, st.closed, st.failed, open
+                "server addr={}.{}.{}.{} port={} accepted={} rejected={} closed={} failed={} open={} tampered={} qp_errors={}",
+                a.addr[0], a.addr[1], a.addr[2], a.addr[3], a.port, st.accepted, st.rejected, st.closed, st.failed, open,
+                st.tampered, st.qp_errors
             );
+            if let Some((recvs, flushed, events)) = s.srq_stats() {
+                let _ = write!(
+                    t,
+                    " srq_recvs={recvs} srq_flushed={flushed} srq_events={events}"
+                );
+            }
+            let _ = writeln!(t);
         }
         Ok(())
     }
@@ -214,6 +224,8 @@ struct Command<'a> {
     seed: u32,
     secs: u32,
     depth: usize,
+    /// `server`: its connections share a receive queue.
+    srq: bool,
 }
 
 fn parse_num<T: core::str::FromStr>(v: &str) -> Result<T> {
@@ -248,6 +260,7 @@ impl<'a> Command<'a> {
             seed: 0x5eed,
             secs: 5,
             depth: 16,
+            srq: false,
         };
         let mut ip = None;
         let mut port = 20886u16;
@@ -265,6 +278,7 @@ impl<'a> Command<'a> {
                 "seed" => c.seed = parse_num(v)?,
                 "secs" => c.secs = parse_num(v)?,
                 "depth" => c.depth = parse_num(v)?,
+                "srq" => c.srq = parse_num::<u8>(v)? != 0,
                 _ => return Err(EINVAL),
             }
         }
@@ -285,7 +299,7 @@ impl Ulp {
         match c.verb {
             "server" => {
                 let addr = c.addr.ok_or(EINVAL)?;
-                let s = Server::start(&self.queue, addr)?;
+                let s = Server::start(&self.queue, addr, c.srq)?;
                 self.servers.lock().push(s, GFP_KERNEL)?;
                 Ok(())
             }
@@ -349,6 +363,14 @@ impl Ulp {
             }
             "reject" => client::reject(p),
             "qps" => client::many(p, qps),
+            "srq_many" => srq::srq_many(p, qps),
+            "srq_limit" => srq::srq_limit(p),
+            "srq_drain" => srq::srq_drain(p).map(|t| {
+                self.log(format_args!(
+                    "# srq_drain: ib_drain_qp took {} ms for a QP in error, {} ms for a QP in RTS\n",
+                    t.error_ms, t.rts_ms
+                ));
+            }),
             "teardown" => client::teardown(p),
             _ => Err(Fail {
                 what: "unknown test",

@@ -13,10 +13,17 @@
 //! One lock ([`QpData::inner`]) covers the queues, the connection's protocol state and every
 //! access to consumer memory: the receive path places data and the transmit path copies it out
 //! while holding it, so once a work request is flushed its buffers are never touched again.
+//!
+//! A QP created on a shared receive queue ([`crate::srq`]) has no receive queue of its own: the
+//! receive path takes a work request from the SRQ when a message starts arriving, under the
+//! QP's lock and then the SRQ's (the lock order). That work request then belongs to the QP
+//! (it is flushed with it); the SRQ's queued ones are not. Entering ERROR reports
+//! `IB_EVENT_QP_LAST_WQE_REACHED` once the receive being filled is flushed, which is what
+//! `ib_drain_qp` waits for on such a QP.
 
 #![deny(unsafe_code)]
 
-use crate::{cq, device::Rsiw, mem};
+use crate::{cq, device::Rsiw, mem, srq::SrqQueue};
 
 pub(crate) mod link;
 mod rx;
@@ -30,6 +37,7 @@ use kernel::{
         qp::{
             Qp, QpCap, QpEvent, QpInitAttr, QpModify, QpQuery, QpState, RecvWr, SendOp, SendWr, Sge,
         },
+        srq::{Srq, SrqEvent},
         verbs::{WcOpcode, WcStatus, WorkCompletion},
     },
     sync::lock::Guard,
@@ -158,11 +166,12 @@ struct QpInner {
     ord: u32,
     ird: u32,
     sq: crate::ring::Ring<SendEntry>,
+    /// The receive queue (unused, one slot, with an SRQ).
     rq: crate::ring::Ring<RecvEntry>,
     orq: crate::ring::Ring<OrqEntry>,
     irq: crate::ring::Ring<IrqEntry>,
     /// The receive work request a multi-segment Send is being placed into (taken from the
-    /// head of `rq`; flushed first on ERROR).
+    /// head of `rq`, or from the SRQ; flushed first on ERROR).
     cur_recv: Option<RecvEntry>,
     /// The connection, from RTS until it is closed.
     link: Option<link::Link>,
@@ -177,6 +186,9 @@ struct QpInner {
     up_recv: cq::Upcalls,
     /// An asynchronous event to report once the lock is dropped.
     up_event: Option<QpEvent>,
+    /// Taking a receive from the SRQ crossed its limit: report `IB_EVENT_SRQ_LIMIT_REACHED`
+    /// once the lock is dropped.
+    up_srq_limit: bool,
 }
 
 /// Protocol state of one connection, created when the QP enters RTS.
@@ -204,6 +216,7 @@ struct Deliver<'a> {
     send: cq::Upcalls,
     recv: cq::Upcalls,
     event: Option<QpEvent>,
+    srq_limit: bool,
 }
 
 /// Locks `qp`'s state.
@@ -215,6 +228,7 @@ fn lock(qp: &Qp<Rsiw>) -> Locked<'_> {
             send: cq::Upcalls::default(),
             recv: cq::Upcalls::default(),
             event: None,
+            srq_limit: false,
         },
     }
 }
@@ -238,6 +252,7 @@ impl Drop for Locked<'_> {
         self.after.send = core::mem::take(&mut self.guard.up_send);
         self.after.recv = core::mem::take(&mut self.guard.up_recv);
         self.after.event = self.guard.up_event.take();
+        self.after.srq_limit = core::mem::take(&mut self.guard.up_srq_limit);
     }
 }
 
@@ -248,6 +263,11 @@ impl Drop for Deliver<'_> {
         if let Some(e) = self.event.take() {
             self.qp.report_event(e);
         }
+        if self.srq_limit {
+            if let Some(srq) = self.qp.srq() {
+                srq.report_event(SrqEvent::LimitReached);
+            }
+        }
     }
 }
 
@@ -256,7 +276,8 @@ impl Drop for Deliver<'_> {
 pub(crate) struct QpData {
     cap: QpCap,
     sig_all: bool,
-    has_srq: bool,
+    /// The shared receive queue the QP takes its receives from, held for the QP's lifetime.
+    srq: Option<Arc<SrqQueue>>,
     #[pin]
     inner: SpinLockIrq<QpInner>,
     /// The transmit path's buffer: FPDUs are built here under `inner`, then sent without it.
@@ -265,7 +286,11 @@ pub(crate) struct QpData {
 }
 
 /// Validates a create request, fits `attr.cap` to what the QP provides, and builds its data.
-pub(crate) fn create(attr: &mut QpInitAttr) -> Result<impl PinInit<QpData, Error>> {
+/// `srq` is the shared receive queue of a QP created with one.
+pub(crate) fn create(
+    attr: &mut QpInitAttr,
+    srq: Option<&Srq<Rsiw>>,
+) -> Result<impl PinInit<QpData, Error>> {
     if attr.user {
         // The user-space (libsiw) queue ABI is not implemented.
         return Err(eopnotsupp());
@@ -273,11 +298,17 @@ pub(crate) fn create(attr: &mut QpInitAttr) -> Result<impl PinInit<QpData, Error
     if !attr.rc || attr.create_flags != 0 {
         return Err(eopnotsupp());
     }
-    if attr.has_srq {
-        // Shared receive queues are not implemented yet.
-        return Err(eopnotsupp());
-    }
+    let srq = match (attr.has_srq, srq) {
+        (true, Some(s)) => Some(crate::srq::queue(s).clone()),
+        (false, None) => None,
+        _ => return Err(EINVAL),
+    };
     let c = &mut attr.cap;
+    if srq.is_some() {
+        // The receive queue's sizes are the SRQ's; the QP's own are ignored.
+        c.max_recv_wr = 0;
+        c.max_recv_sge = 0;
+    }
     if c.max_send_wr == 0
         || c.max_send_wr > MAX_QP_WR
         || c.max_recv_wr > MAX_QP_WR
@@ -289,7 +320,9 @@ pub(crate) fn create(attr: &mut QpInitAttr) -> Result<impl PinInit<QpData, Error
     }
     // Report what the QP really honours (C siw leaves the request unchanged).
     c.max_send_sge = MAX_SGE;
-    c.max_recv_sge = MAX_SGE;
+    if srq.is_none() {
+        c.max_recv_sge = MAX_SGE;
+    }
     c.max_inline_data = MAX_INLINE;
     let cap = *c;
     let inner = QpInner {
@@ -309,12 +342,13 @@ pub(crate) fn create(attr: &mut QpInitAttr) -> Result<impl PinInit<QpData, Error
         up_send: cq::Upcalls::default(),
         up_recv: cq::Upcalls::default(),
         up_event: None,
+        up_srq_limit: false,
     };
-    let (sig_all, has_srq) = (attr.sig_all, attr.has_srq);
+    let sig_all = attr.sig_all;
     Ok(try_pin_init!(QpData {
         cap,
         sig_all,
-        has_srq,
+        srq,
         inner <- new_spinlock_irq!(inner, "rsiw::QpData::inner"),
         stage <- new_mutex!(KVVec::new(), "rsiw::QpData::stage"),
     }))
@@ -361,7 +395,7 @@ fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) {
         let up = cq::queue(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
         inner.up_recv.add(up);
     }
-    if !was_error && qp.data().has_srq {
+    if !was_error && qp.data().srq.is_some() {
         inner.up_event = Some(QpEvent::LastWqeReached);
     }
 }
@@ -439,7 +473,8 @@ pub(crate) fn destroy(qp: &Qp<Rsiw>) {
     }
 }
 
-fn copy_sges(list: &[Sge], max: u32) -> Result<([Sge; MAX_SGE as usize], u8)> {
+/// Copies a work request's SGE list (at most `max` SGEs) into a queue entry's array.
+pub(crate) fn copy_sges(list: &[Sge], max: u32) -> Result<([Sge; MAX_SGE as usize], u8)> {
     if list.len() > max as usize {
         return Err(EINVAL);
     }
@@ -526,7 +561,8 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
 /// `ib_post_recv` for one work request.
 pub(crate) fn post_recv(qp: &Qp<Rsiw>, wr: &RecvWr<'_>) -> Result {
     let d = qp.data();
-    if d.has_srq {
+    if d.srq.is_some() {
+        // Receives go to the SRQ (`ib_post_srq_recv`).
         return Err(EINVAL);
     }
     let (sges, num_sge) = copy_sges(wr.sges, d.cap.max_recv_sge)?;
@@ -544,6 +580,24 @@ pub(crate) fn post_recv(qp: &Qp<Rsiw>, wr: &RecvWr<'_>) -> Result {
         }
         QpState::Init | QpState::Rtr | QpState::Rts => inner.rq.push(entry).map_err(|_| ENOMEM),
         _ => Err(EINVAL),
+    }
+}
+
+/// Takes the receive work request for a message that starts arriving on a QP with an SRQ (from
+/// the SRQ, noting a crossed limit for the upcalls), or `None` for a QP without one (its own
+/// receive queue is used). The QP lock is held (lock order: QP, then SRQ).
+fn take_srq_recv(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Option<RecvEntry> {
+    let srq = qp.data().srq.as_ref()?;
+    let t = srq.take();
+    inner.up_srq_limit |= t.limit_reached;
+    t.entry
+}
+
+/// The PD that receive buffers' lkeys belong to: the SRQ's, or the QP's own.
+fn recv_pd(qp: &Qp<Rsiw>) -> usize {
+    match &qp.data().srq {
+        Some(srq) => srq.pd(),
+        None => qp.pd().as_raw() as usize,
     }
 }
 

@@ -11,6 +11,8 @@
 //! - [`cq::Cq`]: a completion queue, polled directly or with a completion callback.
 //! - [`qp::Qp`]: the RC queue pair of a connected [`cm::CmId`]; typed work requests
 //!   ([`qp::SendWr`], [`qp::RecvWr`]) and completions ([`qp::Wc`]).
+//! - [`srq::Srq`]: a shared receive queue that QPs created on it take their receives from;
+//!   [`qp::Qp::drain`] drains such a QP with the core's `ib_drain_qp`.
 //! - [`mem::DmaBuf`]: kernel memory mapped for the device; [`mem::FrMr`]: a fast-registration
 //!   memory region that a `REG_MR` work request maps onto part of a [`mem::DmaBuf`].
 //! - [`workqueue::OwnedQueue`]: a workqueue owned by the ULP, drained when dropped.
@@ -30,6 +32,7 @@ pub mod cm;
 pub mod cq;
 pub mod mem;
 pub mod qp;
+pub mod srq;
 pub mod workqueue;
 
 /// Returns the `Error` for a positive errno constant from the bindings (e.g. `ECONNREFUSED`,
@@ -101,6 +104,12 @@ pub struct DeviceCaps {
     pub max_qp_init_rd_atom: u32,
     /// Largest page list of a fast-registration MR.
     pub max_fast_reg_page_list_len: u32,
+    /// Largest number of SRQs (0: the device has none).
+    pub max_srq: u32,
+    /// Largest number of work requests of an SRQ.
+    pub max_srq_wr: u32,
+    /// Largest number of SGEs of an SRQ work request.
+    pub max_srq_sge: u32,
     /// `IB_DEVICE_*` capability flags.
     pub device_cap_flags: u64,
     /// `IBK_*` kernel capability flags.
@@ -167,6 +176,9 @@ impl Device {
             max_qp_rd_atom: a.max_qp_rd_atom.try_into().unwrap_or(0),
             max_qp_init_rd_atom: a.max_qp_init_rd_atom.try_into().unwrap_or(0),
             max_fast_reg_page_list_len: a.max_fast_reg_page_list_len,
+            max_srq: a.max_srq.try_into().unwrap_or(0),
+            max_srq_wr: a.max_srq_wr.try_into().unwrap_or(0),
+            max_srq_sge: a.max_srq_sge.try_into().unwrap_or(0),
             device_cap_flags: a.device_cap_flags,
             kernel_cap_flags: a.kernel_cap_flags,
         }

@@ -17,6 +17,7 @@ use crate::{
     rdma::{
         mr::{Mr, MrKeys, MrType},
         qp::{Qp, QpInitAttr, QpModify, QpQuery, QpRef, RecvWr, SendWr},
+        srq::{Srq, SrqAttr, SrqInitAttr, SrqModify},
         udata::UserData,
         verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
     },
@@ -212,10 +213,12 @@ pub trait Driver: Sized + 'static {
     type Mr: Send + Sync;
 
     /// Validates `attr` (updating `attr.cap` to what the QP really provides) and creates a QP's
-    /// data and number.
+    /// data and number. `srq` is the shared receive queue the QP takes its receives from (with
+    /// `attr.has_srq`); it stays alive as long as the QP, see [`Qp::srq`].
     fn create_qp(
         pd: &Pd<Self>,
         attr: &mut QpInitAttr,
+        srq: Option<&Srq<Self>>,
         udata: &mut UserData<'_>,
     ) -> Result<(impl PinInit<Self::Qp, Error>, u32)>;
 
@@ -265,6 +268,41 @@ pub trait Driver: Sized + 'static {
 
     /// `map_mr_sg` adds a page (`page_size` bytes of the consumer's mapped memory).
     fn mr_set_page(mr: &Mr<Self>, page: super::mr::KernelRange) -> Result;
+
+    /// Per-shared-receive-queue driver data.
+    type Srq: Send + Sync;
+
+    /// Validates `attr` (updating `attr.max_wr` and `attr.max_sge` to what the SRQ really
+    /// provides) and creates an SRQ's data.
+    ///
+    /// A driver that implements this supports SRQs and must also implement
+    /// [`Driver::post_srq_recv`]; [`Driver::modify_srq`] and [`Driver::query_srq`] fail with
+    /// `EOPNOTSUPP` unless implemented.
+    fn create_srq(
+        _pd: &Pd<Self>,
+        _attr: &mut SrqInitAttr,
+        _udata: &mut UserData<'_>,
+    ) -> Result<impl PinInit<Self::Srq, Error>> {
+        Err::<Self::Srq, Error>(super::eopnotsupp())
+    }
+
+    /// Called before an SRQ's data is dropped; no QP uses the SRQ any more.
+    fn destroy_srq(_srq: &Srq<Self>) {}
+
+    /// Applies a consumer's `ib_modify_srq`.
+    fn modify_srq(_srq: &Srq<Self>, _m: &SrqModify) -> Result {
+        Err(super::eopnotsupp())
+    }
+
+    /// Reports an SRQ's attributes.
+    fn query_srq(_srq: &Srq<Self>) -> Result<SrqAttr> {
+        Err(super::eopnotsupp())
+    }
+
+    /// Posts one receive work request to an SRQ.
+    fn post_srq_recv(_srq: &Srq<Self>, _wr: &RecvWr<'_>) -> Result {
+        Err(super::eopnotsupp())
+    }
 
     /// Sets up a user context; may write a driver-specific response to `udata`.
     fn alloc_ucontext(_dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result {
@@ -675,6 +713,18 @@ impl<T: Driver> Adapter<T> {
         ops.reg_user_mr = Some(Self::reg_user_mr);
         ops.dereg_mr = Some(Self::dereg_mr);
         ops.map_mr_sg = Some(Self::map_mr_sg);
+        if T::HAS_CREATE_SRQ {
+            assert!(
+                T::HAS_POST_SRQ_RECV,
+                "a driver that creates SRQs must implement post_srq_recv"
+            );
+            ops.create_srq = Some(Self::create_srq);
+            ops.destroy_srq = Some(Self::destroy_srq);
+            ops.modify_srq = Some(Self::modify_srq);
+            ops.query_srq = Some(Self::query_srq);
+            ops.post_srq_recv = Some(Self::post_srq_recv);
+            ops.size_ib_srq = core::mem::size_of::<Srq<T>>();
+        }
         super::iwcm::fill_ops::<T::IwCm>(&mut ops);
         if T::HAS_ALLOC_UCONTEXT {
             ops.alloc_ucontext = Some(Self::alloc_ucontext);

@@ -11,6 +11,7 @@
 use super::{
     device::{Adapter, Device, Driver},
     mr::Mr,
+    srq::Srq,
     verbs::{Cq, Pd, QpHandle},
 };
 use crate::{
@@ -79,6 +80,19 @@ impl<T: Driver> Qp<T> {
     pub fn recv_cq(&self) -> &Cq<T> {
         // SAFETY: The core keeps the CQ alive while the QP exists.
         unsafe { &*(*self.ib.get()).recv_cq.cast::<Cq<T>>() }
+    }
+
+    /// The shared receive queue the QP takes its receives from, if it was created with one.
+    pub fn srq(&self) -> Option<&Srq<T>> {
+        // SAFETY: The core sets `srq` before `create_qp` and never changes it.
+        let srq = unsafe { (*self.ib.get()).srq };
+        if srq.is_null() {
+            return None;
+        }
+        // SAFETY: `create_qp` accepted only an SRQ of this device (so one of driver `T`), and
+        // the core keeps it alive (its `usecnt`) until after `destroy_qp` has returned, by when
+        // nothing uses the QP any more.
+        Some(unsafe { Srq::from_raw(srq) })
     }
 
     /// Identifies this QP in work completions.
@@ -415,7 +429,10 @@ pub struct RecvWr<'a> {
 /// # Safety
 ///
 /// `list` must be null with `num == 0`, or point at `num` valid `ib_sge`s for `'a`.
-unsafe fn sges<'a>(list: *const bindings::ib_sge, num: crate::ffi::c_int) -> Result<&'a [Sge]> {
+pub(super) unsafe fn sges<'a>(
+    list: *const bindings::ib_sge,
+    num: crate::ffi::c_int,
+) -> Result<&'a [Sge]> {
     let n = usize::try_from(num).map_err(|_| EINVAL)?;
     if n == 0 {
         return Ok(&[]);
@@ -515,6 +532,17 @@ impl<T: Driver> Adapter<T> {
             let (pd, init) = unsafe { (&*(*ibqp).pd.cast::<Pd<T>>(), &mut *init) };
             // SAFETY: `udata` is null or valid for the call.
             let mut udata = unsafe { UserData::from_raw(udata) };
+            let srq = if init.srq.is_null() {
+                None
+            } else {
+                // SAFETY: The consumer passes a live SRQ; its device field is immutable.
+                if unsafe { (*init.srq).device } != unsafe { (*ibqp).device } {
+                    return Err(EINVAL);
+                }
+                // SAFETY: An SRQ of a device with our ops was made by our `create_srq`; the
+                // consumer keeps it alive during the call.
+                Some(unsafe { Srq::<T>::from_raw(init.srq) })
+            };
             let mut attr = QpInitAttr {
                 rc: init.qp_type == bindings::ib_qp_type_IB_QPT_RC,
                 cap: QpCap {
@@ -529,7 +557,7 @@ impl<T: Driver> Adapter<T> {
                 has_srq: !init.srq.is_null(),
                 user: udata.is_user(),
             };
-            let (data, qpn) = T::create_qp(pd, &mut attr, &mut udata)?;
+            let (data, qpn) = T::create_qp(pd, &mut attr, srq, &mut udata)?;
             // SAFETY: The fields are ours, in the never-moving core allocation; nothing else
             // sees the QP yet.
             unsafe {

@@ -26,6 +26,7 @@ use super::{
     cq::Cq,
     mem::Pd,
     qp::{Qp, QpCaps},
+    srq::Srq,
     Device,
 };
 use crate::{
@@ -538,7 +539,36 @@ impl<H: CmHandler> CmId<H> {
         }
         // SAFETY: The id is live, has no QP (checked) and is bound to `pd`'s device; it outlives
         // the QP because `drop` destroys the QP first.
-        let qp = unsafe { Qp::create(self.raw, pd, send_cq, recv_cq, caps, signal_all)? };
+        let qp = unsafe { Qp::create(self.raw, pd, send_cq, recv_cq, None, caps, signal_all)? };
+        Ok(&**self.qp.insert(qp))
+    }
+
+    /// Like [`CmId::create_qp`], for a QP that takes its receives from `srq` (of the same
+    /// device; its PD may differ). The receive sizes of `caps` are ignored.
+    pub fn create_qp_on_srq(
+        &mut self,
+        pd: &Arc<Pd>,
+        send_cq: &Arc<Cq>,
+        recv_cq: &Arc<Cq>,
+        srq: &Arc<Srq>,
+        caps: QpCaps,
+        signal_all: bool,
+    ) -> Result<&Qp> {
+        if self.qp.is_some() {
+            return Err(EBUSY);
+        }
+        let dev = self.device().ok_or(EINVAL)?;
+        if dev.as_raw() != pd.device().as_raw() {
+            return Err(EINVAL);
+        }
+        let caps = QpCaps {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..caps
+        };
+        // SAFETY: As in `create_qp`; `Qp::create` checks that `srq` is of the same device.
+        let qp =
+            unsafe { Qp::create(self.raw, pd, send_cq, recv_cq, Some(srq), caps, signal_all)? };
         Ok(&**self.qp.insert(qp))
     }
 

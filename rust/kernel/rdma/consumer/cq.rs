@@ -5,7 +5,8 @@
 //! Two kinds, both polled by the ULP with [`Cq::poll`]:
 //!
 //! - [`Cq::new_direct`]: `ib_alloc_cq(IB_POLL_DIRECT)`. Never armed; the ULP polls it when it
-//!   likes (the core warns if the provider raises a completion event on it).
+//!   likes (the core warns if the provider raises a completion event on it), or waits with
+//!   [`Cq::poll_wait`]. Only QPs on direct CQs can be drained ([`super::qp::Qp::drain`]).
 //! - [`Cq::new`]: `ib_create_cq` with a completion callback ([`CqHandler`]). The ULP arms it with
 //!   [`Cq::req_notify`]; the provider then calls the handler once, in whatever context it
 //!   completes work in (for siw: softirq, its TX thread, or the poster's context), so the handler
@@ -23,7 +24,11 @@ use crate::{
     sync::{Arc, ArcBorrow},
     types::{ForeignOwnable, Opaque},
 };
-use core::{ffi::c_void, ptr::NonNull};
+use core::{
+    ffi::c_void,
+    ptr::NonNull,
+    sync::atomic::{AtomicUsize, Ordering},
+};
 
 /// Receives completion events of a [`Cq`] created with [`Cq::new`].
 pub trait CqHandler: Send + Sync + 'static {
@@ -47,6 +52,8 @@ pub struct Cq {
     cq: NonNull<bindings::ib_cq>,
     handler: Option<HandlerRef>,
     entries: u32,
+    /// How many live QPs complete work on this CQ.
+    users: AtomicUsize,
 }
 
 // SAFETY: A CQ is a core handle usable from any thread; the handler is `Send + Sync`.
@@ -96,6 +103,7 @@ impl Cq {
             cq,
             handler: None,
             entries,
+            users: AtomicUsize::new(0),
         };
         // INVARIANT: `cq` is a direct CQ without handler; on error `c` is dropped, freeing it.
         Ok(Arc::new(c, GFP_KERNEL)?)
@@ -145,6 +153,7 @@ impl Cq {
                 cq,
                 handler: Some((ctx, drop_handler::<T>)),
                 entries,
+                users: AtomicUsize::new(0),
             },
             GFP_KERNEL,
         )?)
@@ -158,6 +167,49 @@ impl Cq {
     /// The number of entries asked for at creation.
     pub fn entries(&self) -> u32 {
         self.entries
+    }
+
+    /// Whether this is a direct CQ ([`Cq::new_direct`]).
+    pub fn is_direct(&self) -> bool {
+        self.handler.is_none()
+    }
+
+    /// How many live QPs complete work on this CQ.
+    pub(super) fn users(&self) -> usize {
+        self.users.load(Ordering::Relaxed)
+    }
+
+    /// A QP that completes work on this CQ was created.
+    pub(super) fn add_user(&self) {
+        self.users.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A QP that completed work on this CQ was destroyed.
+    pub(super) fn remove_user(&self) {
+        self.users.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Polls a direct CQ until it has completions, for at most `timeout_ms` (then `ETIMEDOUT`):
+    /// direct CQs raise no events, so this looks again every millisecond or so. Call it in
+    /// process context (it sleeps). `EINVAL` on a CQ with a completion handler (arm it and wait
+    /// for its event instead).
+    pub fn poll_wait(&self, wcs: &mut [Wc], timeout_ms: u32) -> Result<usize> {
+        if !self.is_direct() {
+            return Err(EINVAL);
+        }
+        let start = crate::time::Ktime::ktime_get();
+        loop {
+            let n = self.poll(wcs)?;
+            if n > 0 || wcs.is_empty() {
+                return Ok(n);
+            }
+            let spent = crate::time::ktime_ms_delta(crate::time::Ktime::ktime_get(), start);
+            if spent >= i64::from(timeout_ms) {
+                return Err(etimedout());
+            }
+            // SAFETY: `msleep` only sleeps, which the caller allows (process context).
+            unsafe { bindings::msleep(1) };
+        }
     }
 
     /// Polls up to `wcs.len()` completions into `wcs`; returns how many there were.

@@ -10,10 +10,14 @@
 //!
 //! Every SGE and `REG_MR` must name a buffer or MR attached to the QP (see [`super::mem`] for
 //! why); posting checks that and fails with `EINVAL` for the offending work request.
+//!
+//! A QP created with a shared receive queue ([`super::srq::Srq`]) takes its receives from it
+//! and has no receive queue of its own ([`Qp::post_recv`] fails).
 
 use super::{
     cq::Cq,
     mem::{Access, DmaBuf, FrMr, Pd},
+    srq::Srq,
 };
 use crate::{
     alloc::{flags::GFP_KERNEL, KVec},
@@ -130,8 +134,8 @@ impl Sge {
 
 /// The SGEs of a work request (at most [`MAX_SGE`]).
 #[derive(Clone, Copy)]
-struct SgeList {
-    sges: [Option<Sge>; MAX_SGE],
+pub(super) struct SgeList {
+    pub(super) sges: [Option<Sge>; MAX_SGE],
     n: usize,
 }
 
@@ -307,7 +311,7 @@ impl<'a> SendWr<'a> {
 #[derive(Clone, Copy)]
 pub struct RecvWr {
     wr_id: u64,
-    sgl: SgeList,
+    pub(super) sgl: SgeList,
 }
 
 impl RecvWr {
@@ -423,6 +427,12 @@ impl Wc {
         self.0.byte_len
     }
 
+    /// Whether this completes work of `qp` (an SRQ's receives complete on the QP that took
+    /// them).
+    pub fn is_from(&self, qp: &Qp) -> bool {
+        core::ptr::eq(self.0.qp, qp.as_raw())
+    }
+
     /// The rkey the peer invalidated with `SEND_WITH_INV`, if this receive carried one
     /// (`IB_WC_WITH_INVALIDATE`).
     pub fn invalidated_rkey(&self) -> Option<u32> {
@@ -437,7 +447,7 @@ impl Wc {
 }
 
 /// Something attached to a QP: kept alive until the QP is destroyed.
-enum Attached {
+pub(super) enum Attached {
     Buf(Arc<DmaBuf>),
     Mr(Arc<FrMr>),
 }
@@ -455,6 +465,7 @@ pub struct Qp {
     pd: Arc<Pd>,
     send_cq: Arc<Cq>,
     recv_cq: Arc<Cq>,
+    srq: Option<Arc<Srq>>,
     caps: QpCaps,
     #[pin]
     attached: Mutex<KVec<Attached>>,
@@ -466,7 +477,7 @@ unsafe impl Send for Qp {}
 unsafe impl Sync for Qp {}
 
 impl Qp {
-    /// Creates the QP of `id`.
+    /// Creates the QP of `id`, taking its receives from `srq` if given.
     ///
     /// # Safety
     ///
@@ -477,13 +488,18 @@ impl Qp {
         pd: &Arc<Pd>,
         send_cq: &Arc<Cq>,
         recv_cq: &Arc<Cq>,
+        srq: Option<&Arc<Srq>>,
         caps: QpCaps,
         signal_all: bool,
     ) -> Result<Pin<KBox<Qp>>> {
+        if srq.is_some_and(|s| s.pd().device().as_raw() != pd.device().as_raw()) {
+            return Err(EINVAL);
+        }
         // SAFETY: All-zero is a valid `ib_qp_init_attr` (no handler, no SRQ).
         let mut attr: bindings::ib_qp_init_attr = unsafe { core::mem::zeroed() };
         attr.send_cq = send_cq.as_raw();
         attr.recv_cq = recv_cq.as_raw();
+        attr.srq = srq.map_or(core::ptr::null_mut(), |s| s.as_raw());
         attr.cap.max_send_wr = caps.max_send_wr;
         attr.cap.max_recv_wr = caps.max_recv_wr;
         attr.cap.max_send_sge = caps.max_send_sge;
@@ -495,7 +511,8 @@ impl Qp {
             bindings::ib_sig_type_IB_SIGNAL_REQ_WR
         };
         attr.qp_type = bindings::ib_qp_type_IB_QPT_RC;
-        // SAFETY: The caller guarantees `id` is live and has no QP; `pd` and the CQs are valid.
+        // SAFETY: The caller guarantees `id` is live and has no QP; `pd`, the CQs and the SRQ
+        // are valid (the SRQ of `pd`'s device).
         crate::error::to_result(unsafe {
             bindings::rdma_create_qp(id.as_ptr(), pd.as_raw(), &mut attr)
         })?;
@@ -515,7 +532,7 @@ impl Qp {
             max_recv_sge: attr.cap.max_recv_sge,
             max_inline_data: attr.cap.max_inline_data,
         };
-        // INVARIANT: `id->qp` is `qp`, created just now on `pd` with these CQs. If the
+        // INVARIANT: `id->qp` is `qp`, created just now on `pd` with these CQs and SRQ. If the
         // allocation below fails, `drop` of the partly built value cannot run, so destroy here.
         let init = pin_init!(Qp {
             id,
@@ -523,13 +540,19 @@ impl Qp {
             pd: pd.clone(),
             send_cq: send_cq.clone(),
             recv_cq: recv_cq.clone(),
+            srq: srq.cloned(),
             caps: granted,
             attached <- new_mutex!(KVec::new(), "Qp::attached"),
         });
-        KBox::pin_init(init, GFP_KERNEL).inspect_err(|_| {
+        let qp = KBox::pin_init(init, GFP_KERNEL).inspect_err(|_| {
             // SAFETY: The QP was created above and nothing else refers to it.
             unsafe { bindings::rdma_destroy_qp(id.as_ptr()) };
-        })
+        })?;
+        send_cq.add_user();
+        if !Arc::ptr_eq(send_cq, recv_cq) {
+            recv_cq.add_user();
+        }
+        Ok(qp)
     }
 
     /// Returns the raw `ib_qp` pointer.
@@ -563,6 +586,11 @@ impl Qp {
         &self.recv_cq
     }
 
+    /// The shared receive queue the QP takes its receives from, if any.
+    pub fn srq(&self) -> Option<&Arc<Srq>> {
+        self.srq.as_ref()
+    }
+
     /// Lets work requests use `buf` (of this QP's PD); keeps it alive until the QP is destroyed.
     pub fn attach_buf(&self, buf: &Arc<DmaBuf>) -> Result {
         self.attach(buf.pd(), Attached::Buf(buf.clone()))
@@ -585,29 +613,6 @@ impl Qp {
         });
         if !known {
             a.push(item, GFP_KERNEL)?;
-        }
-        Ok(())
-    }
-
-    /// Checks that every SGE lies in an attached buffer or the mapping of an attached MR.
-    fn check_sges(attached: &[Attached], sges: &[Option<Sge>]) -> Result {
-        for s in sges.iter().flatten() {
-            let ok = match s.src {
-                SgeSrc::Buf(p) => attached.iter().any(|a| {
-                    matches!(a, Attached::Buf(b) if core::ptr::eq(&**b, p) && b.contains_dma(s.addr, s.len))
-                }),
-                SgeSrc::Mr(p) => attached.iter().any(|a| match a {
-                    Attached::Mr(m) if core::ptr::eq(&**m, p) => {
-                        let end = s.addr.checked_add(u64::from(s.len));
-                        let mend = m.iova().checked_add(m.length());
-                        s.addr >= m.iova() && matches!((end, mend), (Some(e), Some(me)) if e <= me)
-                    }
-                    _ => false,
-                }),
-            };
-            if !ok {
-                return Err(EINVAL);
-            }
         }
         Ok(())
     }
@@ -644,7 +649,7 @@ impl Qp {
             let attached = self.attached.lock();
             for (i, wr) in wrs.iter().enumerate() {
                 let fail = |error| PostError { index: i, error };
-                Self::check_sges(&attached, &wr.sgl.sges).map_err(fail)?;
+                check_sges(&attached, &wr.sgl.sges).map_err(fail)?;
                 if let SendOp::RegMr { mr, .. } = wr.op {
                     let ok = attached
                         .iter()
@@ -776,77 +781,172 @@ impl Qp {
     }
 
     fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<(), PostError> {
-        let n = wrs.len();
-        if n == 0 {
+        if wrs.is_empty() {
             return Ok(());
         }
         {
             let attached = self.attached.lock();
             for (i, wr) in wrs.iter().enumerate() {
-                Self::check_sges(&attached, &wr.sgl.sges)
+                check_sges(&attached, &wr.sgl.sges)
                     .map_err(|error| PostError { index: i, error })?;
             }
         }
-        let mut csges = [[bindings::ib_sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; MAX_SGE]; POST_BATCH];
-        // SAFETY: All-zero is a valid `ib_recv_wr`.
-        let mut cwrs: [bindings::ib_recv_wr; POST_BATCH] = unsafe { core::mem::zeroed() };
-        for (i, ((wr, c), sg)) in wrs
-            .iter()
-            .zip(cwrs.iter_mut())
-            .zip(csges.iter_mut())
-            .enumerate()
-        {
-            for (cs, s) in sg.iter_mut().zip(wr.sgl.sges.iter().flatten()) {
-                *cs = bindings::ib_sge {
-                    addr: s.addr,
-                    length: s.len,
-                    lkey: s.lkey,
-                };
+        post_recv_chain(wrs, |first, bad| {
+            // SAFETY: The QP is valid; the chain and its SGE arrays live for the call (see
+            // `post_recv_chain`); the buffers they name are attached to the QP.
+            unsafe { bindings::ib_post_recv(self.as_raw(), first, bad) }
+        })
+    }
+
+    /// Drains the QP with the core's `ib_drain_qp`: moves it to the error state and returns when
+    /// all its work has completed. With an SRQ, the core waits (up to 60 s) for the provider's
+    /// `IB_EVENT_QP_LAST_WQE_REACHED` before it looks at the receive CQ.
+    ///
+    /// `ib_drain_qp` polls the CQs itself and calls the `ib_cqe` that each completion's
+    /// `wr_cqe` names, which the work requests of this API (identified by a `wr_id`) do not
+    /// have. So it is only offered where no completion of ours can reach it:
+    ///
+    /// - both CQs must be direct ([`Cq::new_direct`]; the core would wait forever for a CQ with
+    ///   a completion handler) and used by this QP alone (`EINVAL` otherwise);
+    /// - the device must be a soft-iWARP one (rsiw or the C siw, `EOPNOTSUPP` otherwise): they
+    ///   complete every flushed work request within the `ib_modify_qp` that moves the QP to the
+    ///   error state, which this does first, before polling both CQs empty.
+    ///
+    /// Those completions (the QP's work flushed or finished before the drain) are returned. The
+    /// caller must not post to the QP or poll its CQs from another thread meanwhile.
+    pub fn drain(&self) -> Result<KVec<Wc>> {
+        let direct = |cq: &Cq| cq.is_direct() && cq.users() == 1;
+        if !direct(&self.send_cq) || !direct(&self.recv_cq) {
+            return Err(EINVAL);
+        }
+        // SAFETY: The QP and its device are valid; `ops.driver_id` is fixed at registration.
+        let driver = unsafe { (*(*self.as_raw()).device).ops.driver_id };
+        if driver != bindings::rdma_driver_id_RDMA_DRIVER_SIW {
+            return Err(super::eopnotsupp());
+        }
+        // SAFETY: All-zero is a valid `ib_qp_attr`; only the state is used.
+        let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
+        attr.qp_state = bindings::ib_qp_state_IB_QPS_ERR;
+        // SAFETY: The QP is valid; `attr` lives for the call.
+        crate::error::to_result(unsafe {
+            bindings::ib_modify_qp(
+                self.as_raw(),
+                &mut attr,
+                bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
+            )
+        })?;
+        let mut done = KVec::new();
+        let mut wcs: [Wc; 16] = core::array::from_fn(|_| Wc::default());
+        for cq in [&self.send_cq, &self.recv_cq] {
+            loop {
+                let n = cq.poll(&mut wcs)?;
+                for wc in wcs.iter().take(n) {
+                    done.push(Wc(wc.0), GFP_KERNEL)?;
+                }
+                if n == 0 {
+                    break;
+                }
             }
-            c.__bindgen_anon_1.wr_id = wr.wr_id;
-            c.sg_list = if wr.sgl.n > 0 {
-                sg.as_mut_ptr()
+        }
+        // SAFETY: The QP is valid. Its CQs are direct, used by it alone and empty, and the
+        // provider flushed all of its work already (see above), so the core's own polling sees
+        // only the completions of the work requests it posts itself.
+        unsafe { bindings::ib_drain_qp(self.as_raw()) };
+        Ok(done)
+    }
+}
+
+/// Checks that every SGE lies in an attached buffer or the mapping of an attached MR.
+pub(super) fn check_sges(attached: &[Attached], sges: &[Option<Sge>]) -> Result {
+    for s in sges.iter().flatten() {
+        let ok = match s.src {
+            SgeSrc::Buf(p) => attached.iter().any(|a| {
+                matches!(a, Attached::Buf(b) if core::ptr::eq(&**b, p) && b.contains_dma(s.addr, s.len))
+            }),
+            SgeSrc::Mr(p) => attached.iter().any(|a| match a {
+                Attached::Mr(m) if core::ptr::eq(&**m, p) => {
+                    let end = s.addr.checked_add(u64::from(s.len));
+                    let mend = m.iova().checked_add(m.length());
+                    s.addr >= m.iova() && matches!((end, mend), (Some(e), Some(me)) if e <= me)
+                }
+                _ => false,
+            }),
+        };
+        if !ok {
+            return Err(EINVAL);
+        }
+    }
+    Ok(())
+}
+
+/// Builds the C chain of receive work requests `wrs` (at most [`POST_BATCH`]) and their SGE
+/// arrays on this stack frame and hands it to `post` (which returns the provider's result and
+/// stores the refused work request in its second argument); maps a refused one to its index.
+pub(super) fn post_recv_chain(
+    wrs: &[RecvWr],
+    post: impl FnOnce(*const bindings::ib_recv_wr, *mut *const bindings::ib_recv_wr) -> i32,
+) -> Result<(), PostError> {
+    let n = wrs.len();
+    if n == 0 {
+        return Ok(());
+    }
+    if n > POST_BATCH {
+        return Err(PostError {
+            index: POST_BATCH,
+            error: EINVAL,
+        });
+    }
+    let mut csges = [[bindings::ib_sge {
+        addr: 0,
+        length: 0,
+        lkey: 0,
+    }; MAX_SGE]; POST_BATCH];
+    // SAFETY: All-zero is a valid `ib_recv_wr`.
+    let mut cwrs: [bindings::ib_recv_wr; POST_BATCH] = unsafe { core::mem::zeroed() };
+    for ((wr, c), sg) in wrs.iter().zip(cwrs.iter_mut()).zip(csges.iter_mut()) {
+        for (cs, s) in sg.iter_mut().zip(wr.sgl.sges.iter().flatten()) {
+            *cs = bindings::ib_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            };
+        }
+        c.__bindgen_anon_1.wr_id = wr.wr_id;
+        c.sg_list = if wr.sgl.n > 0 {
+            sg.as_mut_ptr()
+        } else {
+            core::ptr::null_mut()
+        };
+        // CAST: `nsge <= MAX_SGE`.
+        c.num_sge = wr.sgl.n as i32;
+    }
+    let first = cwrs.as_mut_ptr();
+    for i in 0..n {
+        // SAFETY: `i < n <= POST_BATCH`.
+        unsafe {
+            (*first.add(i)).next = if i + 1 < n {
+                first.add(i + 1)
             } else {
                 core::ptr::null_mut()
             };
-            // CAST: `nsge <= MAX_SGE`.
-            c.num_sge = wr.sgl.n as i32;
-            let _ = i;
         }
-        let first = cwrs.as_mut_ptr();
-        for i in 0..n {
-            // SAFETY: `i < n <= POST_BATCH`.
-            unsafe {
-                (*first.add(i)).next = if i + 1 < n {
-                    first.add(i + 1)
-                } else {
-                    core::ptr::null_mut()
-                };
-            }
-        }
-        let mut bad: *const bindings::ib_recv_wr = core::ptr::null();
-        // SAFETY: The QP is valid; the chain and SGE arrays live on this stack frame for the call;
-        // the buffers they name are attached to the QP.
-        let r = unsafe { bindings::ib_post_recv(self.as_raw(), first, &mut bad) };
-        if r == 0 {
-            return Ok(());
-        }
-        let index = (0..n)
-            .position(|i| {
-                // SAFETY: `i < n`: pointer arithmetic inside the array of `n` entries.
-                let wr = unsafe { first.add(i) };
-                core::ptr::eq(wr, bad)
-            })
-            .unwrap_or(0);
-        Err(PostError {
-            index,
-            error: Error::from_errno(r),
-        })
     }
+    let mut bad: *const bindings::ib_recv_wr = core::ptr::null();
+    let r = post(first, &mut bad);
+    if r == 0 {
+        return Ok(());
+    }
+    let index = (0..n)
+        .position(|i| {
+            // SAFETY: `i < n`: pointer arithmetic inside the array of `n` entries.
+            let wr = unsafe { first.add(i) };
+            core::ptr::eq(wr, bad)
+        })
+        .unwrap_or(0);
+    Err(PostError {
+        index,
+        error: Error::from_errno(r),
+    })
 }
 
 #[pinned_drop]
@@ -855,5 +955,9 @@ impl PinnedDrop for Qp {
         // SAFETY: By the type invariant the id is live and its QP is ours. This flushes all
         // work; afterwards the attachments (dropped with `self`) are no longer used by the device.
         unsafe { bindings::rdma_destroy_qp(self.id.as_ptr()) };
+        self.send_cq.remove_user();
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.remove_user();
+        }
     }
 }

@@ -10,7 +10,7 @@
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 
 VM_CPUS=${VM_CPUS:-2}
-VM_MEMORY=${VM_MEMORY:-2G}
+VM_MEMORY=${VM_MEMORY:-4G}
 
 # Kernel command line for every boot:
 #   loglevel=4           only warnings and worse reach the (slow, emulated)

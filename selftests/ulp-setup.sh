@@ -1,28 +1,34 @@
 # Setup and teardown of the kernel ULPs that run over an RDMA device: the NFS
 # server (knfsd on an RDMA port) and client (mount -o proto=rdma), the NVMe-oF
 # target (nvmet-rdma through configfs) and host (nvme connect -t rdma). Sourced,
-# not run: by selftests/nfs-rdma.sh and nvmeof-rdma.sh (server and client in one
-# VM), and by tests and benchmarks that put the server in one VM and the client
-# in another, so the two halves are separate functions, parameterized by
-# address and port. The RDMA device and its netdev are the caller's.
+# not run (the selftest runner skips it): by selftests/nfs-rdma.sh and
+# nvmeof-rdma.sh (server and client in one VM), by qemu/guest-run.sh, and by
+# tests and benchmarks that put the server in one VM and the client in
+# another, so the two halves are separate functions, parameterized by address
+# and port. The RDMA device and its netdev are the caller's.
 #
 # Every function returns non-zero with a message on stderr when it fails, and
 # prints nothing else unless it says so. What a function creates is recorded and
-# undone, newest first, by ulp_cleanup (the caller runs it at exit: this file
-# sets trap 'ulp_cleanup; cleanup' EXIT when lib.sh's cleanup exists), or by
-# the matching down function. Modules loaded through ulp_modprobe are unloaded
-# again.
+# undone, newest first, by the matching down function or by ulp_cleanup, which
+# also unloads the modules loaded through ulp_modprobe. This file sets the EXIT
+# trap to 'ulp_cleanup; cleanup' when lib.sh's cleanup exists; a test calls
+# ulp_cleanup itself before tap_done (whose cleanup removes the RDMA device and
+# the driver, which must go last).
 #
 # server (knfsd)                         client
 #   nfs_export_tmpfs DIR SIZE              nfs_mount ADDR EXPORT VERS DIR [PORT] [OPTS]
 #   nfs_server_start EXPORT [PORT]         nfs_umount DIR
 #   nfs_server_stop                        nfs_mount_xprt DIR
 # target (nvmet)                         host (nvme)
-#   nvmet_null_blk NAME SIZE_MB            nvme_connect ADDR SVCID NQN
+#   nvmet_null_blk NAME SIZE_MB            nvme_connect ADDR SVCID NQN [OPTION]...
 #   nvmet_brd SIZE_MB                      nvme_disconnect NQN
 #   nvmet_subsys NQN DEV...                nvme_namespaces NQN
 #   nvmet_port ID ADDR SVCID NQN
 #   nvmet_port_del ID NQN, nvmet_subsys_del NQN
+# either side
+#   ulp_modprobe MODULE [PARAM=VALUE]..., ulp_cleanup
+#   ulp_res_count DEV KIND, ulp_res_summary DEV, ulp_no_qps DEV (rdma res)
+#   ulp_rsiw_mpa KEY (rsiw's connection counters)
 # shellcheck shell=bash
 
 NFS_RDMA_PORT=${NFS_RDMA_PORT:-20049}

@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# NFS over RDMA through the device under test, server and client in this VM:
+# knfsd listens for RPC/RDMA on 198.18.0.1:20049 (a dummy netdev with the RDMA
+# device on it) and the client mounts it with proto=rdma, so every RPC goes
+# through the device twice (client QP to server QP). For NFSv3, 4.0, 4.1 and
+# 4.2: the mount uses RDMA (mountstats, QPs on the device, rsiw's connection
+# counter), fio with crc32c verification at 4 KiB, 64 KiB and 1 MiB (direct
+# I/O: every I/O is one RPC of that size). On one version, 10000 files are
+# created, renamed and removed; on one, a 2 GiB file is written from a
+# stream and its checksum compared with the server's copy and with a read back
+# over RDMA. Then 50 mount/umount cycles with I/O: no QP, MR or CQ left on the
+# device, no steadily growing slab cache, no kmemleak report.
+# The 2 GiB file lives in the server's tmpfs: the VM needs 4 GiB of memory.
+# timeout: 2700
+# Functions run through tap_check look unreachable to shellcheck:
+# shellcheck disable=SC2317
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require rdma fio mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs python3
+# shellcheck source=ulp-setup.sh
+. "$(dirname "$0")/ulp-setup.sh"
+
+dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:21 ip=198.18.0.1
+# Knobs for shorter runs while developing; the defaults are the test.
+NFS_VERSIONS=${NFS_VERSIONS:-3 4.0 4.1 4.2}
+NFS_CHURN_VERSION=${NFS_CHURN_VERSION:-4.2}
+NFS_CHURN_FILES=${NFS_CHURN_FILES:-10000}
+NFS_BIG_VERSION=${NFS_BIG_VERSION:-3}
+NFS_BIG_MB=${NFS_BIG_MB:-2048}
+NFS_CYCLES=${NFS_CYCLES:-50}
+# fio sizes per block size: about ten seconds each under TCG.
+NFS_FIO=${NFS_FIO:-4k:8m 64k:32m 1m:128m}
+
+export_dir=$TEST_TMP/export
+mnt=$TEST_TMP/mnt
+
+# elapsed START: seconds since START (a date +%s.%N), two decimals.
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+# mbps BYTES SECONDS
+mbps() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.1f", (s > 0 ? n / s / 1e6 : 0) }'; }
+
+# check_rdma_mount VERS: the mount on $mnt is RPC/RDMA and the device carries
+# it: client and server QPs on $dev, and (rsiw) new connections since est0.
+check_rdma_mount() {
+	local vers=$1 xprt qps est
+	xprt=$(nfs_mount_xprt "$mnt")
+	tap_result "$([ "$xprt" = rdma ]; echo $?)" "NFSv$vers: mountstats shows xprt rdma" \
+		"xprt: '${xprt:-none}'" "$(grep -A3 "$mnt" /proc/self/mountstats)"
+	qps=$(timeout 20 rdma res show qp link "$dev/1" 2>&1)
+	tap_result "$([ "$(grep -c " state RTS " <<<"$qps")" -ge 2 ]; echo $?)" \
+		"NFSv$vers: rdma res show qp lists client and server QPs in RTS on $dev" "$qps"
+	if rsiw_is_reference; then
+		tap_skip "NFSv$vers: rsiw's established counter grew" "rsiw's debugfs counters; not the C siw"
+	else
+		est=$(ulp_rsiw_mpa established)
+		tap_result "$([ "${est:-0}" -gt "$est0" ]; echo $?)" \
+			"NFSv$vers: rsiw's established counter grew" "established $est0 -> ${est:-?}"
+	fi
+}
+
+# run_fio VERS BS SIZE: write SIZE in BS blocks with direct I/O, then read it
+# back checking every block's crc32c.
+run_fio() {
+	local vers=$1 bs=$2 size=$3 out st
+	out=$(timeout 600 fio --name="nfs$vers-$bs" --filename="$mnt/fio-$bs" --rw=write --bs="$bs" \
+		--size="$size" --direct=1 --ioengine=libaio --iodepth=4 --verify=crc32c --do_verify=1 \
+		--verify_fatal=1 --verify_state_save=0 --unlink=1 2>&1)
+	st=$?
+	if [ "$st" = 0 ] && grep -q 'err= 0' <<<"$out" && ! grep -qi 'verify.*fail\|bad magic\|crc32c.*wanted' <<<"$out"; then
+		tap_ok "NFSv$vers: fio $bs x $size write, read back, crc32c verified"
+		tap_diag "$(grep -E '^ +(READ|WRITE): ' <<<"$out" | sed -E 's/^ +//; s/, [0-9.]+[KMG]?iB\/s-.*, io=/, io=/')"
+	else
+		tap_fail "NFSv$vers: fio $bs x $size write, read back, crc32c verified" "exit status $st" \
+			"$(tail -n 30 <<<"$out")"
+	fi
+}
+
+# churn VERS N: create N files (with content), rename, list, remove them, and
+# check the server's view of the export in between.
+churn() {
+	local vers=$1 n=$2 t0 out st
+	mkdir -p "$mnt/churn"
+	t0=$(date +%s.%N)
+	out=$(timeout 1200 python3 - "$mnt/churn" "$n" "$export_dir/churn" <<'EOF' 2>&1
+import os, sys, time
+d, n, server = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+t = [time.monotonic()]
+for i in range(n):
+    fd = os.open(f"{d}/f{i}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+    os.write(fd, b"%d\n" % i)
+    os.close(fd)
+t.append(time.monotonic())
+for i in range(n):
+    os.rename(f"{d}/f{i}", f"{d}/renamed-{i}")
+t.append(time.monotonic())
+names = set(os.listdir(d))
+want = {f"renamed-{i}" for i in range(n)}
+if names != want:
+    sys.exit(f"client lists {len(names)} entries, {len(names ^ want)} differ from the expected")
+seen = set(os.listdir(server))
+if seen != want:
+    sys.exit(f"server has {len(seen)} entries, {len(seen ^ want)} differ from the expected")
+for i in range(0, n, max(1, n // 97)):
+    with open(f"{d}/renamed-{i}", "rb") as f:
+        if f.read() != b"%d\n" % i:
+            sys.exit(f"renamed-{i}: wrong content")
+for i in range(n):
+    os.unlink(f"{d}/renamed-{i}")
+t.append(time.monotonic())
+if os.listdir(d) or os.listdir(server):
+    sys.exit("files left after unlink")
+print("create %.1f s, rename %.1f s, unlink %.1f s" % (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
+EOF
+	)
+	st=$?
+	tap_result "$st" "NFSv$vers: create, rename, list, unlink $n files (server sees the same)" "$out"
+	[ "$st" = 0 ] && tap_diag "$out ($(elapsed "$t0") s in all)"
+	rmdir "$mnt/churn"
+}
+
+# big_copy VERS MB: stream MB MiB (and a little) of data into a file over NFS,
+# checksumming the stream; compare the server's checksum of its copy and the
+# client's of a read back over RDMA after dropping its cache.
+big_copy() {
+	local vers=$1 mb=$2 blk=$TEST_TMP/block sum_src sum_srv sum_cli t0 wsec rsec bytes want need have
+	need=$(((mb + 1536) * 1024))
+	have=$(awk '$1 == "MemTotal:" { print $2 }' /proc/meminfo)
+	if ((have < need)); then
+		tap_fail "NFSv$vers: $mb MiB file copy" "the VM has $((have / 1024)) MiB of memory, the server's tmpfs copy needs about $((need / 1024)) MiB (VM_MEMORY)"
+		return
+	fi
+	# 64 MiB of random data, repeated, each copy after a distinct 16-byte
+	# header, so that no two copies sit at the same page offset (a misplaced
+	# page changes the checksum). Cheaper under TCG than MB MiB of urandom.
+	head -c 64M /dev/urandom >"$blk"
+	want=$((mb * (64 * 1048576 + 16) / 64))
+	t0=$(date +%s.%N)
+	sum_src=$(for ((i = 0; i < mb / 64; i++)); do printf 'rsiw%011d\n' "$i"; cat "$blk"; done |
+		tee "$mnt/big" | md5sum | cut -d' ' -f1)
+	# close() flushes; sync makes the timing include the last COMMIT.
+	sync "$mnt/big"
+	wsec=$(elapsed "$t0")
+	rm -f "$blk"
+	bytes=$(stat -c %s "$mnt/big")
+	tap_result "$([ "$bytes" = "$want" ]; echo $?)" "NFSv$vers: wrote a file of $bytes bytes$( ((bytes > 2147483648)) && echo ", past 2 GiB")" \
+		"want $want bytes" "$(ls -l "$mnt/big" "$export_dir/big" 2>&1)"
+	sum_srv=$(md5sum "$export_dir/big" | cut -d' ' -f1)
+	tap_result "$([ "$sum_srv" = "$sum_src" ]; echo $?)" "NFSv$vers: the server's copy has the written data (md5)" \
+		"written $sum_src, server $sum_srv"
+	# Read back from the server, not the client's page cache.
+	echo 3 >/proc/sys/vm/drop_caches
+	t0=$(date +%s.%N)
+	sum_cli=$(md5sum "$mnt/big" | cut -d' ' -f1)
+	rsec=$(elapsed "$t0")
+	tap_result "$([ "$sum_cli" = "$sum_src" ]; echo $?)" "NFSv$vers: read back over RDMA, same data (md5)" \
+		"written $sum_src, read $sum_cli"
+	tap_diag "$bytes bytes: write $wsec s ($(mbps "$bytes" "$wsec") MB/s), read $rsec s ($(mbps "$bytes" "$rsec") MB/s)"
+	rm -f "$mnt/big"
+}
+
+# cycle VERS I: mount, write and read back 64 KiB, unmount.
+cycle() {
+	local vers=$1 i=$2
+	nfs_mount "$ip" "$export_dir" "$vers" "$mnt" || { echo "cycle $i: mount NFSv$vers failed"; return 1; }
+	if ! head -c 65536 /dev/urandom >"$TEST_TMP/cycle" || ! cp "$TEST_TMP/cycle" "$mnt/cycle-$i"; then
+		echo "cycle $i: write failed"
+		nfs_umount "$mnt"
+		return 1
+	fi
+	echo 3 >/proc/sys/vm/drop_caches
+	if ! cmp -s "$TEST_TMP/cycle" "$mnt/cycle-$i" || ! rm "$mnt/cycle-$i"; then
+		echo "cycle $i: NFSv$vers read back differs"
+		nfs_umount "$mnt"
+		return 1
+	fi
+	nfs_umount "$mnt" || { echo "cycle $i: umount NFSv$vers failed"; return 1; }
+}
+
+# cycles FROM TO: mount/umount cycles FROM..TO, NFS versions in turn.
+cycles() {
+	local i vers
+	read -ra vers <<<"$NFS_VERSIONS"
+	for ((i = $1; i <= $2; i++)); do
+		cycle "${vers[$((i % ${#vers[@]}))]}" "$i" || return
+	done
+}
+
+tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
+tap_check "dummy netdev $nd $ip" netdev_dummy "$nd" "$mac" "$ip/24" || tap_bail "cannot create $nd"
+tap_check "rdma link add $dev type $RSIW_LINK_TYPE netdev $nd" rdma_link_add "$dev" "$nd" ||
+	tap_bail "cannot add the link"
+tap_wait "$dev ACTIVE" 5 port_state_is "$dev" ACTIVE
+kmsg_mark
+tap_check "tmpfs to export on $export_dir" nfs_export_tmpfs "$export_dir" 3G || tap_bail "no tmpfs"
+t0=$(date +%s.%N)
+tap_check "knfsd on rdma port $NFS_RDMA_PORT" nfs_server_start "$export_dir" ||
+	tap_bail "cannot start the NFS server"
+tap_diag "server up in $(elapsed "$t0") s: $(tr '\n' ' ' </proc/fs/nfsd/portlist), versions $(cat /proc/fs/nfsd/versions)"
+
+for vers in $NFS_VERSIONS; do
+	est0=$(ulp_rsiw_mpa established)
+	est0=${est0:-0}
+	t0=$(date +%s.%N)
+	if ! tap_check "NFSv$vers: mount -o proto=rdma $ip" nfs_mount "$ip" "$export_dir" "$vers" "$mnt"; then
+		continue
+	fi
+	tap_diag "mounted in $(elapsed "$t0") s: $(awk -v d="$mnt" '$2 == d { print $4 }' /proc/mounts)"
+	check_rdma_mount "$vers"
+	for f in $NFS_FIO; do
+		run_fio "$vers" "${f%%:*}" "${f#*:}"
+	done
+	[ "$vers" = "$NFS_CHURN_VERSION" ] && churn "$vers" "$NFS_CHURN_FILES"
+	[ "$vers" = "$NFS_BIG_VERSION" ] && big_copy "$vers" "$NFS_BIG_MB"
+	tap_check "NFSv$vers: umount" nfs_umount "$mnt"
+done
+
+# Leaks: a warm-up cycle, then two halves of the cycles with a slab snapshot
+# after each; a leak grows its cache in both halves. Each mount makes two QPs,
+# four CQs and about 200 MRs on the device; NFS itself leaves a few objects per
+# cycle in kmalloc caches for a while (measured with the C siw: up to 3 per
+# cycle in a half), so a cache must grow by 4 per cycle in both halves. Not
+# counted: vmap_area (freed lazily, in batches) and nfsd_cacherep (knfsd's
+# reply cache fills up to its limit). kmemleak and rdma res catch the rest.
+if ((NFS_CYCLES > 0)); then
+	res0=$(ulp_res_summary "$dev")
+	half=$((NFS_CYCLES / 2))
+	t0=$(date +%s.%N)
+	tap_check "mount/umount warm-up cycle" cycles 0 0
+	kmemleak_forget
+	slab_snapshot "$TEST_TMP/slab0"
+	tap_check "mount, 64 KiB written and read back, umount: cycles 1-$half" cycles 1 "$half"
+	slab_snapshot "$TEST_TMP/slab1"
+	tap_check "mount, 64 KiB written and read back, umount: cycles $((half + 1))-$NFS_CYCLES" \
+		cycles $((half + 1)) "$NFS_CYCLES"
+	slab_snapshot "$TEST_TMP/slab2"
+	tap_diag "$NFS_CYCLES cycles in $(elapsed "$t0") s"
+	grow=$(slab_steady_growth "$TEST_TMP/slab0" "$TEST_TMP/slab1" "$TEST_TMP/slab2" $((half * 4)) |
+		grep -vE '^(vmap_area|nfsd_cacherep) ')
+	tap_result "$([ -z "$grow" ]; echo $?)" "no slab cache grows by 4 objects a cycle in both halves" "$grow"
+	tap_diag "$(slab_steady_growth "$TEST_TMP/slab0" "$TEST_TMP/slab1" "$TEST_TMP/slab2" "$half" |
+		sed 's/^/growing by 1 a cycle or more (not failed): /')"
+	res1=$(ulp_res_summary "$dev")
+	tap_result "$([ "$res1" = "$res0" ]; echo $?)" "$dev resources after the cycles are as before them" \
+		"before: $res0" "after:  $res1" "$(timeout 20 rdma res show qp link "$dev/1" 2>&1)"
+	check_kmemleak "kmemleak: nothing leaked by the cycles"
+fi
+
+tap_check "stop the NFS server" nfs_server_stop
+res=$(ulp_res_summary "$dev")
+tap_match "no PD, CQ, QP, MR or CM id left on $dev" "^pd 0 cq 0 qp 0 cm_id 0 mr 0 " "$res"
+tap_check "undo the setup: exports, tmpfs, NFS modules" ulp_cleanup
+check_no_splat "no kernel splat"
+tap_done

@@ -55,7 +55,6 @@ link_up() {
 	fi
 	rdma link add "${type}0" type "$type" netdev "$ND" || return
 	LINK=${type}0
-	DEV=$LINK
 }
 link_down() {
 	[ -n "${LINK:-}" ] || return 0

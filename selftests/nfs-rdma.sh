@@ -216,11 +216,12 @@ done
 
 # Leaks: a warm-up cycle, then two halves of the cycles with a slab snapshot
 # after each; a leak grows its cache in both halves. Each mount makes two QPs,
-# four CQs and about 200 MRs on the device; NFS itself leaves a few objects per
-# cycle in kmalloc caches for a while (measured with the C siw: up to 3 per
-# cycle in a half), so a cache must grow by 4 per cycle in both halves. Not
-# counted: vmap_area (freed lazily, in batches) and nfsd_cacherep (knfsd's
-# reply cache fills up to its limit). kmemleak and rdma res catch the rest.
+# four CQs and about 200 MRs on the device. NFS itself keeps a few objects per
+# mount (with the C siw as with rsiw: kmalloc-16 about 4 a cycle in both
+# halves, kernfs_node_cache about 1), so a cache must grow by 6 a cycle in both
+# halves to fail; slower growth is shown. Not counted: vmap_area (freed
+# lazily, in batches) and nfsd_cacherep (knfsd's reply cache fills up to its
+# limit). kmemleak and rdma res catch the rest.
 if ((NFS_CYCLES > 0)); then
 	res0=$(ulp_res_summary "$dev")
 	half=$((NFS_CYCLES / 2))
@@ -234,9 +235,9 @@ if ((NFS_CYCLES > 0)); then
 		cycles $((half + 1)) "$NFS_CYCLES"
 	slab_snapshot "$TEST_TMP/slab2"
 	tap_diag "$NFS_CYCLES cycles in $(elapsed "$t0") s"
-	grow=$(slab_steady_growth "$TEST_TMP/slab0" "$TEST_TMP/slab1" "$TEST_TMP/slab2" $((half * 4)) |
+	grow=$(slab_steady_growth "$TEST_TMP/slab0" "$TEST_TMP/slab1" "$TEST_TMP/slab2" $((half * 6)) |
 		grep -vE '^(vmap_area|nfsd_cacherep) ')
-	tap_result "$([ -z "$grow" ]; echo $?)" "no slab cache grows by 4 objects a cycle in both halves" "$grow"
+	tap_result "$([ -z "$grow" ]; echo $?)" "no slab cache grows by 6 objects a cycle in both halves" "$grow"
 	tap_diag "$(slab_steady_growth "$TEST_TMP/slab0" "$TEST_TMP/slab1" "$TEST_TMP/slab2" "$half" |
 		sed 's/^/growing by 1 a cycle or more (not failed): /')"
 	res1=$(ulp_res_summary "$dev")

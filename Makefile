@@ -1,8 +1,9 @@
 # rsiw: soft-iWARP RDMA provider in Rust-for-Linux.
 #
-#   make run            boot the VM, load rsiw, bring up a device, show it
+#   make run            boot the VM, bring up rsiw0, NFS over RDMA through it, a summary
 #   make check          every test: host-side Rust, then the VM selftests
 #   make check TESTS=G  only the VM selftests whose name matches glob G
+#   make pair-check     the two-VM selftests (interop with the C siw; not yet in check)
 #   make bench          side-by-side benchmarks (see README.md)
 #   make fuzz           longer fuzzing runs of the protocol core
 #   make module         build rsiw.ko against the cached kernel
@@ -18,7 +19,7 @@ else
 TESTS ?= *
 export TESTS
 
-.PHONY: all run check bench fuzz module kernel deps host-check vm-check clippy fmt clean
+.PHONY: all run check bench fuzz module kernel deps host-check vm-check pair-check clippy fmt clean
 
 all: module
 
@@ -42,6 +43,9 @@ host-check:
 
 vm-check: module
 	@qemu/run-tests.sh
+
+pair-check: module
+	@qemu/run-pair-tests.sh
 
 bench: module
 	@qemu/bench.sh

@@ -48,36 +48,43 @@ vm_kernel_dir() {
 	echo "$kdir"
 }
 
-# vm_vng_args ARRAY [--rwdir DIR]... [--verbose]: store in ARRAY the vng options
-# that boot the built kernel, without the command to run.
+# vm_vng_args ARRAY [--rwdir DIR]... [--name NAME] [--qemu-opts OPTS]...
+# [--verbose]: store in ARRAY the vng options that boot the built kernel,
+# without the command to run. NAME is the guest's host name (default rsiw-vm);
+# OPTS are extra qemu arguments, split at blanks by vng (e.g. a NIC for a
+# second VM to talk to, see qemu/run-pair-tests.sh).
 vm_vng_args() {
 	local -n _out=$1
 	shift
-	local kdir a
+	local kdir a name=rsiw-vm extra=()
 	kdir=$(vm_kernel_dir) || return 1
-	_out=(--run "$kdir" --disable-kvm --cpus "$VM_CPUS" --memory "$VM_MEMORY"
-		--cwd "$RSIW_ROOT" --name rsiw-vm)
-	for a in "${VM_APPEND[@]}"; do
-		_out+=(--append "$a")
-	done
 	while (($#)); do
 		case $1 in
-		--rwdir) _out+=(--rwdir "$2"); shift 2 ;;
-		--verbose) _out+=(--verbose); shift ;;
+		--rwdir) extra+=(--rwdir "$2"); shift 2 ;;
+		--name) name=$2; shift 2 ;;
+		--qemu-opts) extra+=("--qemu-opts=$2"); shift 2 ;;
+		--verbose) extra+=(--verbose); shift ;;
 		*) echo "vm_vng_args: unknown option $1" >&2; return 1 ;;
 		esac
 	done
+	_out=(--run "$kdir" --disable-kvm --cpus "$VM_CPUS" --memory "$VM_MEMORY"
+		--cwd "$RSIW_ROOT" --name "$name")
+	for a in "${VM_APPEND[@]}"; do
+		_out+=(--append "$a")
+	done
+	_out+=("${extra[@]}")
 }
 
-# vm_exec [--rwdir DIR]... [--verbose] [--] COMMAND [ARG]...: boot the built
-# kernel, run COMMAND with its arguments inside the guest (as root, in the
-# repository root), power off. Returns the command's exit status (255 when the
-# guest died first). With no COMMAND, starts an interactive shell.
+# vm_exec [--rwdir DIR]... [--name NAME] [--qemu-opts OPTS]... [--verbose] [--]
+# COMMAND [ARG]...: boot the built kernel, run COMMAND with its arguments
+# inside the guest (as root, in the repository root), power off. Returns the
+# command's exit status (255 when the guest died first). With no COMMAND,
+# starts an interactive shell.
 vm_exec() {
 	local opts=() args=()
 	while (($#)); do
 		case $1 in
-		--rwdir) opts+=("$1" "$2"); shift 2 ;;
+		--rwdir | --name | --qemu-opts) opts+=("$1" "$2"); shift 2 ;;
 		--verbose) opts+=("$1"); shift ;;
 		--) shift; break ;;
 		*) break ;;
@@ -91,18 +98,20 @@ vm_exec() {
 	fi
 }
 
-# vm_start LOG [--rwdir DIR]... [--] COMMAND [ARG]...: like vm_exec, but in the
-# background, in a session of its own, with the kernel console and the
-# command's output going to LOG. Sets VM_PID, which is also the id of the
-# session and process group that vm_stop kills. Call it from a script, not an
-# interactive shell: there a background job does not lead a process group, so
-# setsid makes vng itself the leader instead of forking first.
+# vm_start LOG [--rwdir DIR]... [--name NAME] [--qemu-opts OPTS]... [--]
+# COMMAND [ARG]...: like vm_exec, but in the background, in a session of its
+# own, with the kernel console and the command's output going to LOG. Sets
+# VM_PID, which is also the id of the session and process group that vm_stop
+# kills (to run several VMs, save it for vm_alive_pid and vm_stop_pid). Call
+# it from a script, not an interactive shell: there a background job does not
+# lead a process group, so setsid makes vng itself the leader instead of
+# forking first.
 vm_start() {
 	local log=$1 opts=() args=()
 	shift
 	while (($#)); do
 		case $1 in
-		--rwdir) opts+=("$1" "$2"); shift 2 ;;
+		--rwdir | --name | --qemu-opts) opts+=("$1" "$2"); shift 2 ;;
 		--) shift; break ;;
 		*) break ;;
 		esac
@@ -117,24 +126,35 @@ vm_start() {
 # vm_alive: whether the VM started by vm_start still runs (an exited, not yet
 # reaped vng is a zombie, which kill -0 would still find).
 vm_alive() {
+	vm_alive_pid "${VM_PID:-}"
+}
+
+# vm_alive_pid PID: vm_alive for the VM whose VM_PID was PID (when a script
+# runs several).
+vm_alive_pid() {
 	local stat
-	[ -n "${VM_PID:-}" ] && stat=$(cat "/proc/$VM_PID/stat" 2>/dev/null) || return 1
+	[ -n "$1" ] && stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
 	stat=${stat##*) }
 	[ "${stat%% *}" != Z ]
 }
 
 # vm_stop: kill the VM started by vm_start (vng and its qemu), then reap it.
 vm_stop() {
-	[ -n "${VM_PID:-}" ] || return 0
-	kill -TERM -- "-$VM_PID" 2>/dev/null
+	vm_stop_pid "${VM_PID:-}"
+	VM_PID=
+}
+
+# vm_stop_pid PID: vm_stop for the VM whose VM_PID was PID.
+vm_stop_pid() {
 	local _
+	[ -n "$1" ] || return 0
+	kill -TERM -- "-$1" 2>/dev/null
 	for _ in 1 2 3 4 5 6 7 8 9 10; do
-		vm_alive || break
+		vm_alive_pid "$1" || break
 		sleep 0.5
 	done
-	kill -KILL -- "-$VM_PID" 2>/dev/null
-	wait "$VM_PID" 2>/dev/null
-	VM_PID=
+	kill -KILL -- "-$1" 2>/dev/null
+	wait "$1" 2>/dev/null
 }
 
 # vm_quote ARG...: one shell command line that runs ARG... as given.

@@ -339,15 +339,19 @@ fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) {
     if cur.placement != Placement::Undecided {
         return;
     }
-    let lookahead = match cur.target {
-        Target::Tagged { .. } | Target::ReadResponse { .. } | Target::Recv { .. } => {
-            rx.stream.lookahead_len()
-        }
-        _ => None,
-    };
-    let Some(n) = lookahead else {
-        // Nothing is placed (or CRC is off): the stream checks what it must at the trailer.
-        cur.placement = Placement::Direct;
+    let places = matches!(
+        cur.target,
+        Target::Tagged { .. } | Target::ReadResponse { .. } | Target::Recv { .. }
+    );
+    let Some(n) = rx.stream.lookahead_len().filter(|_| places) else {
+        // With CRC on and Markers interleaved, the FPDU cannot be read ahead: hold it back.
+        cur.placement = if places && rx.stream.config().crc {
+            rx.bounced = 0;
+            Placement::Bounce
+        } else {
+            // Nothing is placed, or CRC is off.
+            Placement::Direct
+        };
         return;
     };
     let crc = KernelCrc32c;

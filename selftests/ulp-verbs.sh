@@ -69,6 +69,20 @@ if rsiw_is_reference; then
 else
 	ulp_run "stale_key" "$client test=stale_key"
 fi
+# Zero-copy transmit: the payload of the tests above (4 MiB in ordinary
+# pages, among others) went by reference, and TCP's release of it came back
+# (every byte was verified by the receiver all the same).
+tx_count() { awk -v k="$1" 'NR == 3 { for (i = 1; i <= NF; i++) { split($i, f, "="); if (f[1] == k) print f[2] } }' /sys/kernel/debug/rsiw/mpa; }
+if rsiw_is_reference; then
+	tap_skip "zero-copy transmit counters" "rsiw's debugfs"
+else
+	zc_ref=$(tx_count tx_payload_by_reference) zc_copied=$(tx_count tx_payload_copied)
+	zc_sends=$(tx_count zc_sends) zc_rel=$(tx_count zc_released)
+	tap_result "$((${zc_ref:-0} >= 4194304 && ${zc_sends:-0} > 0 && ${zc_rel:-0} > 0 ? 0 : 1))" \
+		"payload went by reference (zero copy) and TCP released it" \
+		"by reference $zc_ref bytes, copied $zc_copied bytes; zero-copy sends $zc_sends, released $zc_rel"
+	tap_diag "payload by reference $zc_ref bytes, copied $zc_copied bytes; zero-copy sends $zc_sends, released $zc_rel"
+fi
 # MPA modes (rsiw's /sys/kernel/debug/rsiw/mpa applies to both ends here):
 # Markers, CRC off, revision 1, and each peer-to-peer RTR type. The counters
 # in the same file show that the connections really negotiated the mode.

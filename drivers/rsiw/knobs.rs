@@ -5,8 +5,9 @@
 //!
 //! Writing `rev=1|2 crc=0|1 markers=0|1 rtr=none|write|read|send` (any subset, any order)
 //! changes how later connections are negotiated; reading shows the settings and, per outcome,
-//! how many connections reached RTS. The settings live in one atomic word, so the connection
-//! manager reads a consistent set without a lock.
+//! how many connections reached RTS, and (third line) how the transmit path sent payload: by
+//! reference or copied, and how many zero-copy sends TCP made and released. The settings live in
+//! one atomic word, so the connection manager reads a consistent set without a lock.
 
 #![deny(unsafe_code)]
 
@@ -35,6 +36,33 @@ static WITH_CRC: AtomicU64 = AtomicU64::new(0);
 static WITH_MARKERS: AtomicU64 = AtomicU64::new(0);
 static WITH_REV1: AtomicU64 = AtomicU64::new(0);
 static WITH_RTR: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Payload bytes sent by reference (zero copy) and copied; zero-copy sends made and released.
+static TX_BY_REFERENCE: AtomicU64 = AtomicU64::new(0);
+static TX_COPIED: AtomicU64 = AtomicU64::new(0);
+static ZC_SENDS: AtomicU64 = AtomicU64::new(0);
+static ZC_RELEASED: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `n` payload bytes sent, by reference or copied.
+pub(crate) fn count_tx_payload(by_reference: bool, n: usize) {
+    let c = if by_reference {
+        &TX_BY_REFERENCE
+    } else {
+        &TX_COPIED
+    };
+    // CAST: `usize` is at most 64 bits wide.
+    c.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Counts a zero-copy send made.
+pub(crate) fn count_zc_send() {
+    ZC_SENDS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a zero-copy send released.
+pub(crate) fn count_zc_released() {
+    ZC_RELEASED.fetch_add(1, Ordering::Relaxed);
+}
 
 fn rtr_of(settings: u32) -> Option<RtrType> {
     match (settings & RTR_MASK) >> RTR_SHIFT {
@@ -191,6 +219,15 @@ impl FileHandler for MpaFile {
             n(&WITH_RTR[0]),
             n(&WITH_RTR[1]),
             n(&WITH_RTR[2])
+        )
+        .map_err(|_| ENOMEM)?;
+        writeln!(
+            t,
+            "tx_payload_by_reference={} tx_payload_copied={} zc_sends={} zc_released={}",
+            n(&TX_BY_REFERENCE),
+            n(&TX_COPIED),
+            n(&ZC_SENDS),
+            n(&ZC_RELEASED)
         )
         .map_err(|_| ENOMEM)
     }

@@ -5,8 +5,10 @@
  */
 
 #include <linux/bottom_half.h>
+#include <linux/mm.h>
 #include <linux/net.h>
 #include <linux/rwlock.h>
+#include <linux/vmalloc.h>
 #include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -69,4 +71,32 @@ int rust_helper_ip6_sock_set_v6only(struct sock *sk)
 bool rust_helper_sendpage_ok(struct page *page)
 {
 	return sendpage_ok(page);
+}
+
+/*
+ * The page backing kernel address @addr, in the direct map or in vmalloc
+ * space; NULL for other addresses.
+ */
+struct page *rust_helper_ksock_kernel_addr_page(const void *addr)
+{
+	if (virt_addr_valid(addr))
+		return virt_to_page(addr);
+	if (is_vmalloc_addr(addr))
+		return vmalloc_to_page(addr);
+	return NULL;
+}
+
+void *rust_helper_ksock_page_address(struct page *page)
+{
+	return page_address(page);
+}
+
+void rust_helper_get_page(struct page *page)
+{
+	get_page(page);
+}
+
+void rust_helper_put_page(struct page *page)
+{
+	put_page(page);
 }

@@ -51,6 +51,7 @@ mod addr;
 mod events;
 mod skb;
 mod socket;
+mod zerocopy;
 
 pub use addr::{from_sockaddr_storage, to_sockaddr_storage, Family};
 pub use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -60,6 +61,7 @@ pub use socket::{
     ConnectStatus, IoSlice, PageSlice, RecvFlags, SendFlags, Shutdown, TcpListener, TcpSocket,
     TcpState,
 };
+pub use zerocopy::{PageBatch, ZcNotify, ZcRegistration, ZcToken};
 
 /// Networking error codes that [`crate::error::code`] does not declare in this kernel.
 pub mod errno {

@@ -13,8 +13,8 @@ use kernel::{
     error::code::{EAGAIN, EINVAL, EIO},
     ksock::{
         errno, ConnectStatus, Consumed, Family, IoSlice, Ipv4Addr, Ipv6Addr, ListenerEvents,
-        LockedSock, PageSlice, RecvFlags, SendFlags, Shutdown, SkbData, Sock, SocketAddr,
-        SocketEvents, TcpListener, TcpSocket, TcpState,
+        LockedSock, PageBatch, PageSlice, RecvFlags, SendFlags, Shutdown, SkbData, Sock,
+        SocketAddr, SocketEvents, TcpListener, TcpSocket, TcpState, ZcNotify, ZcRegistration,
     },
     new_condvar, new_mutex,
     page::{Page, PAGE_SIZE},
@@ -53,6 +53,20 @@ fn pattern(offset: u64) -> u8 {
     let x = offset % PERIOD;
     // CAST: Truncation to the low byte is the point.
     (x ^ (x >> 8) ^ (x >> 16)).wrapping_mul(0x9d) as u8
+}
+
+/// Counts the release notices of zero-copy tokens.
+#[derive(Default)]
+struct Releases {
+    count: AtomicUsize,
+    cookie: AtomicU64,
+}
+
+impl ZcNotify for Releases {
+    fn released(&self, cookie: u64) {
+        self.cookie.store(cookie, SeqCst);
+        self.count.fetch_add(1, SeqCst);
+    }
 }
 
 /// Counts live handlers, to show that every installed handler is dropped in the end.
@@ -628,6 +642,64 @@ fn test_ipv4(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
     });
     t.check(
         "send_pages shares the page (later changes arrive), send copies (they do not)",
+        res,
+    );
+
+    // A batch with a token: copied bytes and 6000 bytes of vmalloc memory by reference. The
+    // token is released once TCP let go of the memory (on loopback, when the receiver copied
+    // it and the sender's skbs were acknowledged), and only then: changing the memory after the
+    // release must change nothing that arrives, although the receiver has not read it yet.
+    let res = attempt(|| {
+        let releases = Arc::new(Releases::default(), GFP_KERNEL)?;
+        let reg = ZcRegistration::new(releases.clone(), GFP_KERNEL)?;
+        let mut mem = VVec::from_elem(b'E', 3 * PAGE_SIZE, GFP_KERNEL)?;
+        let mut batch = PageBatch::new(16, GFP_KERNEL)?;
+        batch.push_copy(&[b'H'; 100], GFP_KERNEL)?;
+        // SAFETY: `mem` is allocated for the call.
+        let by_ref = unsafe { batch.push_kernel_memory(mem.as_ptr() as usize + 100, 6000)? };
+        ensure(by_ref && batch.len() == 6100)?;
+        // Slab memory is never taken by reference.
+        let small = KBox::new([0u8; 64], GFP_KERNEL)?;
+        // SAFETY: `small` is allocated for the call.
+        ensure(!unsafe { batch.push_kernel_memory(small.as_ptr() as usize, 64)? })?;
+        let token = reg.token(7, GFP_KERNEL)?;
+        pair.client.send_batch(&mut batch, Some(&token))?;
+        ensure(batch.is_empty())?;
+        ensure(releases.count.load(SeqCst) == 0)?;
+        drop(token);
+        let released = w.wait_until(5000, || {}, || releases.count.load(SeqCst) > 0);
+        if !released || releases.cookie.load(SeqCst) != 7 {
+            pr_info!("# released {}\n", releases.count.load(SeqCst));
+            return Err(EIO);
+        }
+        mem.iter_mut().for_each(|b| *b = b'F');
+        let mut got = KVec::from_elem(0u8, 6100, GFP_KERNEL)?;
+        ensure(pair.server.recv(&mut got, RecvFlags::WAITALL)? == got.len())?;
+        let (head, body) = got.split_at(100);
+        if !head.iter().all(|&b| b == b'H') || !body.iter().all(|&b| b == b'E') {
+            pr_info!(
+                "# arrived as {:?}... {:?}...\n",
+                head.get(..8),
+                body.get(..8)
+            );
+            return Err(EIO);
+        }
+        // After the registration is gone, a release finds no handler.
+        let mut batch = PageBatch::new(4, GFP_KERNEL)?;
+        // SAFETY: `mem` is allocated for the call.
+        ensure(unsafe { batch.push_kernel_memory(mem.as_ptr() as usize, PAGE_SIZE)? })?;
+        let token = reg.token(8, GFP_KERNEL)?;
+        drop(reg);
+        pair.client.send_batch(&mut batch, Some(&token))?;
+        drop(token);
+        let mut got = KVec::from_elem(0u8, PAGE_SIZE, GFP_KERNEL)?;
+        ensure(pair.server.recv(&mut got, RecvFlags::WAITALL)? == got.len())?;
+        ensure(got.iter().all(|&b| b == b'F'))?;
+        w.wait_until(200, || {}, || false);
+        ensure(releases.count.load(SeqCst) == 1)
+    });
+    t.check(
+        "send_batch with a token: released once, after which changes do not arrive; none after the registration is dropped",
         res,
     );
 

@@ -65,6 +65,8 @@ pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
         rx: super::rx::RxState::new(&link.negotiated)?,
         term: None,
         term_sent: false,
+        // Without it everything is sent as copies, which works as well.
+        zc: super::tx::ZcSession::new(qp).ok(),
     };
     {
         let mut inner = super::lock(qp);

@@ -166,6 +166,9 @@ struct QpInner {
     ord: u32,
     ird: u32,
     sq: crate::ring::Ring<SendEntry>,
+    /// Send work requests that are done but wait, in order, for TCP to let go of pages sent
+    /// by reference before they complete (they still count against the send queue's size).
+    sent: crate::ring::Ring<SentEntry>,
     /// The receive queue (unused, one slot, with an SRQ).
     rq: crate::ring::Ring<RecvEntry>,
     orq: crate::ring::Ring<OrqEntry>,
@@ -199,6 +202,20 @@ pub(crate) struct Session {
     pub(crate) term: Option<crate::proto::rdmap::Terminate>,
     /// The Terminate went out (or cannot): the connection is being aborted.
     pub(crate) term_sent: bool,
+    /// Zero-copy transmission: the release tracking and its registration (`None` when the
+    /// registration could not be made: then everything is sent as copies).
+    pub(crate) zc: Option<tx::ZcSession>,
+}
+
+/// A send work request that is done, waiting to complete.
+#[derive(Clone, Copy)]
+pub(crate) struct SentEntry {
+    wr_id: u64,
+    opcode: WcOpcode,
+    signaled: bool,
+    status: WcStatus,
+    /// Completes once every zero-copy send up to this sequence number was released.
+    wait: u64,
 }
 
 /// The QP state locked; on drop, the lock is released first and then the consumer upcalls that
@@ -282,7 +299,7 @@ pub(crate) struct QpData {
     inner: SpinLockIrq<QpInner>,
     /// The transmit path's buffer: FPDUs are built here under `inner`, then sent without it.
     #[pin]
-    stage: Mutex<KVVec<u8>>,
+    stage: Mutex<Option<kernel::ksock::PageBatch>>,
 }
 
 /// Validates a create request, fits `attr.cap` to what the QP provides, and builds its data.
@@ -331,6 +348,7 @@ pub(crate) fn create(
         ord: MAX_IRD_ORD,
         ird: MAX_IRD_ORD,
         sq: crate::ring::Ring::new(cap.max_send_wr)?,
+        sent: crate::ring::Ring::new(cap.max_send_wr)?,
         rq: crate::ring::Ring::new(cap.max_recv_wr)?,
         orq: crate::ring::Ring::new(MAX_IRD_ORD)?,
         irq: crate::ring::Ring::new(MAX_IRD_ORD)?,
@@ -350,7 +368,7 @@ pub(crate) fn create(
         sig_all,
         srq,
         inner <- new_spinlock_irq!(inner, "rsiw::QpData::inner"),
-        stage <- new_mutex!(KVVec::new(), "rsiw::QpData::stage"),
+        stage <- new_mutex!(None, "rsiw::QpData::stage"),
     }))
 }
 
@@ -383,6 +401,15 @@ fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) {
         }
     }
     inner.irq.clear();
+    // Done but unreleased work requests first: they are older than the queued ones.
+    while let Some(e) = inner.sent.pop() {
+        let mut wc = flush_wc(qp, e.wr_id, e.opcode);
+        if e.status != WcStatus::Success {
+            wc.status = e.status;
+        }
+        let up = cq::queue(qp.send_cq(), wc, false);
+        inner.up_send.add(up);
+    }
     while let Some(e) = inner.sq.pop() {
         let up = cq::queue(qp.send_cq(), flush_wc(qp, e.wr_id, e.op.wc_opcode()), false);
         inner.up_send.add(up);
@@ -550,6 +577,9 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
             Ok(())
         }
         QpState::Rts => {
+            if inner.sq.len() + inner.sent.len() >= d.cap.max_send_wr as usize {
+                return Err(ENOMEM);
+            }
             inner.sq.push(entry).map_err(|_| ENOMEM)?;
             tx::kick(qp, &mut inner);
             Ok(())
@@ -601,15 +631,55 @@ fn recv_pd(qp: &Qp<Rsiw>) -> usize {
     }
 }
 
-/// Completes the send work request at the head of the send queue (successfully, or with
-/// `status`), if it is signalled or failed.
+/// Ends the send work request at the head of the send queue (successfully, or with `status`):
+/// it completes, if signalled or failed, once the zero-copy sends issued so far (its own last
+/// bytes among them) are released, and after the work requests before it.
 fn complete_sq_head(qp: &Qp<Rsiw>, inner: &mut QpInner, status: WcStatus) {
     let Some(e) = inner.sq.pop() else { return };
-    if e.signaled || status != WcStatus::Success {
+    let wait = inner
+        .sess
+        .as_ref()
+        .and_then(|s| s.zc.as_ref())
+        .map_or(0, |z| z.issued());
+    let sent = SentEntry {
+        wr_id: e.wr_id,
+        opcode: e.op.wc_opcode(),
+        signaled: e.signaled,
+        status,
+        wait,
+    };
+    if let Err(sent) = inner.sent.push(sent) {
+        // Cannot happen: `post_send` keeps both queues within the send queue's size. Complete
+        // it at once rather than lose it.
+        emit_sent(qp, inner, sent);
+    }
+    reap_sent(qp, inner);
+}
+
+/// Completes the done work requests whose zero-copy sends were all released, in order.
+fn reap_sent(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+    let released = inner
+        .sess
+        .as_ref()
+        .and_then(|s| s.zc.as_ref())
+        .map_or(u64::MAX, |z| z.released());
+    while let Some(e) = inner.sent.front() {
+        if e.wait > released {
+            break;
+        }
+        if let Some(e) = inner.sent.pop() {
+            emit_sent(qp, inner, e);
+        }
+    }
+}
+
+/// Queues the completion of a done work request, if it is signalled or failed.
+fn emit_sent(qp: &Qp<Rsiw>, inner: &mut QpInner, e: SentEntry) {
+    if e.signaled || e.status != WcStatus::Success {
         let wc = WorkCompletion {
             wr_id: e.wr_id,
-            status,
-            opcode: e.op.wc_opcode(),
+            status: e.status,
+            opcode: e.opcode,
             byte_len: 0,
             qp: qp.handle(),
             invalidated_rkey: None,

@@ -4,9 +4,16 @@
 //!
 //! Posting only queues work; one work item per QP ([`kick`]) does the sending, in process
 //! context, so that it may sleep in the socket. Each round of the work item takes the QP lock,
-//! builds up to [`BATCH`] bytes of FPDUs into the QP's staging buffer (copying the payload out
-//! of the consumer's memory and computing the CRC over the copy), completes what it finished,
-//! drops the lock and hands the buffer to TCP with one `sendmsg`.
+//! builds up to [`BATCH`] bytes of FPDUs into the QP's [`PageBatch`], ends what it finished,
+//! drops the lock and hands the batch to TCP with one `sendmsg`.
+//!
+//! Headers, trailers and short payloads are copied into the batch's own pages; payload in
+//! spliceable pages (not slab memory, at least [`ZC_MIN`] bytes) goes by reference, with the
+//! CRC computed from the consumer's memory: no copy on this side at all. TCP then reads those
+//! pages until the data is acknowledged, so such a round goes out with a [`ZcToken`] and a work
+//! request whose bytes went by reference (or that follows one that did) completes only once
+//! TCP released them ([`ZcSession`]). Read Responses need no such wait: the peer cannot complete
+//! its Read before it received the data.
 //!
 //! What goes first: a pending Terminate (then nothing else), the initiator's RTR, Read
 //! Responses the peer is owed (oldest first), then the send queue in order. A Read Request
@@ -29,7 +36,9 @@ use crate::{
     },
 };
 use kernel::{
-    ksock::{IoSlice, SendFlags, TcpSocket},
+    irqlock::SpinLockIrq,
+    ksock::{PageBatch, TcpSocket, ZcNotify, ZcRegistration, ZcToken},
+    new_spinlock_irq,
     prelude::*,
     rdma::{
         qp::{Qp, QpRef, QpState},
@@ -41,44 +50,142 @@ use kernel::{
 
 /// Bytes of FPDUs built per round before they are sent.
 const BATCH: usize = 64 * 1024;
-/// Longest FPDU on the wire: the largest ULPDU plus length field, PAD, CRC and Markers.
-const FPDU_WIRE_MAX: usize = MULPDU_MAX as usize + 2 + 3 + 4 + 4 * (MULPDU_MAX as usize / 512 + 2);
-/// Longest Terminate FPDU on the wire (header, longest body, Markers, CRC), rounded up.
-const TERM_WIRE_MAX: usize = 128;
-/// Staging buffer size: a batch may end with one whole FPDU more, and then a Terminate.
-const STAGE_LEN: usize = BATCH + FPDU_WIRE_MAX + TERM_WIRE_MAX;
+/// Page fragments one FPDU may need at most: its payload (at most [`MULPDU_MAX`] bytes, by
+/// reference in pieces of at least [`ZC_MIN`] bytes, each piece in at most two more pages than
+/// it fills, or copied) and the copied bytes around and between them.
+const FPDU_FRAGS_MAX: usize = 3 * (MULPDU_MAX as usize / ZC_MIN + 2) + 8;
+/// Fragments of a round: a batch may end with one whole FPDU more, and then a Terminate.
+const BATCH_FRAGS: usize = 2 * BATCH / ZC_MIN + 2 * FPDU_FRAGS_MAX;
+/// Fragments of a Terminate FPDU (header, body, Markers, CRC: all copied).
+const TERM_FRAGS_MAX: usize = 8;
+/// Payload pieces shorter than this are copied: a page reference and a fragment cost more.
+const ZC_MIN: usize = 1024;
+/// Zero-copy sends in flight per connection; beyond, payload is copied.
+const ZC_WINDOW: u64 = 64;
 
-/// The staging buffer of one round: `buf[..len]` holds whole FPDUs ready to send.
+/// The batch of one round, and the zero-copy token of its payload sent by reference.
 struct Stage<'a> {
-    buf: &'a mut [u8],
-    len: usize,
+    batch: &'a mut PageBatch,
+    token: Option<ZcToken>,
 }
 
 impl Stage<'_> {
     fn is_empty(&self) -> bool {
-        self.len == 0
+        self.batch.is_empty()
     }
 
-    fn room(&self) -> usize {
-        self.buf.len() - self.len
+    fn len(&self) -> usize {
+        self.batch.len()
     }
 
     fn push(&mut self, b: &[u8]) -> Result<(), BuildError> {
-        let end = self.len.checked_add(b.len()).ok_or(BuildError::Local)?;
-        self.buf
-            .get_mut(self.len..end)
-            .ok_or(BuildError::Local)?
-            .copy_from_slice(b);
-        self.len = end;
-        Ok(())
+        self.batch
+            .push_copy(b, GFP_ATOMIC | __GFP_NOWARN)
+            .map_err(|_| BuildError::NoMemory)
+    }
+}
+
+/// Which zero-copy sends of a connection TCP released.
+struct ReleaseLog {
+    /// The sequence number of the last token made (they start at 1).
+    issued: u64,
+    /// Every token up to this one was released.
+    released: u64,
+    /// Bit `i`: token `released + 2 + i` was released (ahead of `released + 1`).
+    ahead: u64,
+}
+
+impl ReleaseLog {
+    /// Records the release of `seq`; returns whether `released` moved.
+    fn mark(&mut self, seq: u64) -> bool {
+        let Some(d) = seq.checked_sub(self.released + 1) else {
+            return false;
+        };
+        if d >= 64 {
+            // Beyond the window: cannot be a token of ours.
+            return false;
+        }
+        self.ahead |= 1 << d;
+        let moved = self.ahead & 1 != 0;
+        while self.ahead & 1 != 0 {
+            self.ahead >>= 1;
+            self.released += 1;
+        }
+        moved
+    }
+}
+
+/// The release handler of a connection's zero-copy sends.
+#[pin_data]
+struct ZcTrack {
+    /// The QP, to complete the work requests that waited. Dropped with the session (when the
+    /// QP leaves RTS, and at the latest when it is destroyed).
+    qp: QpRef<Rsiw>,
+    #[pin]
+    log: SpinLockIrq<ReleaseLog>,
+}
+
+impl ZcNotify for ZcTrack {
+    fn released(&self, seq: u64) {
+        crate::knobs::count_zc_released();
+        if !self.log.lock().mark(seq) {
+            return;
+        }
+        // Atomic context, under the registration's lock: complete the work requests later.
+        let qp = self.qp.clone();
+        let _ = workqueue::system_unbound().try_spawn(GFP_ATOMIC, move || {
+            let mut g = lock(&qp);
+            super::reap_sent(&qp, &mut g);
+            // Payload waiting for room in the window may go now.
+            kick(&qp, &mut g);
+        });
+    }
+}
+
+/// Zero-copy state of a connection (in its session).
+pub(crate) struct ZcSession {
+    track: Arc<ZcTrack>,
+    reg: ZcRegistration,
+}
+
+impl ZcSession {
+    /// Zero-copy state for a connection of `qp`. Process context.
+    pub(crate) fn new(qp: &Qp<Rsiw>) -> Result<Self> {
+        let qref = qp.get_ref().ok_or(ENXIO)?;
+        let track = Arc::pin_init(
+            pin_init!(ZcTrack {
+                qp: qref,
+                log <- new_spinlock_irq!(
+                    ReleaseLog { issued: 0, released: 0, ahead: 0 },
+                    "rsiw::ZcTrack::log"
+                ),
+            }),
+            GFP_KERNEL,
+        )?;
+        let reg = ZcRegistration::new(track.clone(), GFP_KERNEL)?;
+        Ok(Self { track, reg })
     }
 
-    fn since(&self, start: usize) -> &[u8] {
-        self.buf.get(start..self.len).unwrap_or(&[])
+    /// The sequence number of the last zero-copy send made (0 if none).
+    pub(crate) fn issued(&self) -> u64 {
+        self.track.log.lock().issued
     }
 
-    fn filled(&self) -> &[u8] {
-        self.since(0)
+    /// Every zero-copy send up to this sequence number was released.
+    pub(crate) fn released(&self) -> u64 {
+        self.track.log.lock().released
+    }
+
+    /// A token for the next zero-copy send, unless the window is full or memory short.
+    fn token(&self) -> Option<ZcToken> {
+        let mut log = self.track.log.lock();
+        if log.issued - log.released >= ZC_WINDOW {
+            return None;
+        }
+        let token = self.reg.token(log.issued + 1, GFP_ATOMIC).ok()?;
+        log.issued += 1;
+        crate::knobs::count_zc_send();
+        Some(token)
     }
 }
 
@@ -163,27 +270,22 @@ enum Round {
 
 /// The transmit work item.
 fn run(qp: QpRef<Rsiw>) {
-    let mut buf = qp.data().stage.lock();
-    if buf.len() < STAGE_LEN {
-        if let Ok(b) = KVVec::from_elem(0u8, STAGE_LEN, GFP_KERNEL) {
-            *buf = b;
-        }
+    let mut slot = qp.data().stage.lock();
+    if slot.is_none() {
+        *slot = PageBatch::new(BATCH_FRAGS, GFP_KERNEL).ok();
     }
-    if buf.len() < STAGE_LEN {
+    let Some(batch) = slot.as_mut() else {
         pr_warn!(
-            "{}: QP {}: no memory for the transmit buffer\n",
+            "{}: QP {}: no memory for the transmit batch\n",
             qp.device().name(),
             qp.qpn()
         );
         lock(&qp).tx_scheduled = false;
         link::fatal(&qp);
         return;
-    }
+    };
     loop {
-        let mut stage = Stage {
-            buf: &mut buf[..],
-            len: 0,
-        };
+        let mut stage = Stage { batch, token: None };
         let round = {
             let mut g = lock(&qp);
             let r = fill(&qp, &mut g, &mut stage);
@@ -199,14 +301,16 @@ fn run(qp: QpRef<Rsiw>) {
         let Round::Send { sock, abort } = round else {
             return;
         };
-        if !stage.is_empty() {
-            if let Err(e) = send_all(&sock, stage.filled()) {
-                pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
-                lock(&qp).tx_scheduled = false;
-                drop(sock);
-                link::fatal(&qp);
-                return;
-            }
+        let token = stage.token.take();
+        let res = sock.send_batch(stage.batch, token.as_ref());
+        // TCP holds its own references on the token now; released once it freed the skbs.
+        drop(token);
+        if let Err(e) = res {
+            pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
+            lock(&qp).tx_scheduled = false;
+            drop(sock);
+            link::fatal(&qp);
+            return;
         }
         drop(sock);
         if abort {
@@ -217,22 +321,14 @@ fn run(qp: QpRef<Rsiw>) {
     }
 }
 
-/// Sends all of `buf`, blocking while the socket is full.
-fn send_all(sock: &TcpSocket, buf: &[u8]) -> Result {
-    let mut off = 0;
-    while off < buf.len() {
-        let rest = buf.get(off..).ok_or(EINVAL)?;
-        off += sock.send(&[IoSlice::new(rest)], SendFlags::default())?;
-    }
-    Ok(())
-}
-
 /// Why building an FPDU stopped.
 enum BuildError {
     /// The consumer's memory could not be read (a local protection error).
     Local,
     /// The peer's read source is no longer accessible.
     Remote(mem::AccessError),
+    /// No memory for the batch's pages: send what is staged and try again.
+    NoMemory,
 }
 
 /// Builds FPDUs into `stage` until a batch is full or nothing is left to send now.
@@ -266,13 +362,13 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
                         &mut job,
                         stage,
                         usize::MAX,
-                        TERM_WIRE_MAX,
+                        TERM_FRAGS_MAX,
                     );
                 }
             }
             return Round::Send { sock, abort: true };
         }
-        if stage.len >= BATCH {
+        if stage.len() >= BATCH {
             return Round::Send { sock, abort: false };
         }
         let mut tx = sess.tx;
@@ -292,10 +388,26 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
                 }
             },
         };
-        let res = emit(qp, inner, &mut tx, &mut job, stage, BATCH, FPDU_WIRE_MAX);
+        let res = emit(qp, inner, &mut tx, &mut job, stage, BATCH, FPDU_FRAGS_MAX);
         match res {
             Ok(true) => job_done(qp, inner, job),
             Ok(false) => tx.job = Some(job),
+            Err(BuildError::NoMemory) => {
+                // The FPDU was taken back: send what is staged and build it again next round.
+                tx.job = Some(job);
+                if let Some(s) = inner.sess.as_mut() {
+                    s.tx = tx;
+                }
+                if stage.is_empty() {
+                    pr_warn!(
+                        "{}: QP {}: no memory to build FPDUs\n",
+                        qp.device().name(),
+                        qp.qpn()
+                    );
+                    return Round::Send { sock, abort: true };
+                }
+                return Round::Send { sock, abort: false };
+            }
             Err(BuildError::Local) => {
                 // The work request names memory it may not use: it fails, and the QP with it
                 // (the message is cut short on the wire, so the stream cannot go on).
@@ -525,7 +637,7 @@ fn job_done(qp: &Qp<Rsiw>, inner: &mut QpInner, job: Job) {
 }
 
 /// Emits FPDUs of `job` into `stage` while it holds fewer than `limit` bytes and has room
-/// for an FPDU of up to `fpdu_max` bytes. Returns whether the message is complete.
+/// for an FPDU of up to `frags_max` fragments. Returns whether the message is complete.
 fn emit(
     qp: &Qp<Rsiw>,
     inner: &QpInner,
@@ -533,21 +645,21 @@ fn emit(
     job: &mut Job,
     stage: &mut Stage<'_>,
     limit: usize,
-    fpdu_max: usize,
+    frags_max: usize,
 ) -> Result<bool, BuildError> {
     let crc = KernelCrc32c;
     let pd = qp.pd().as_raw() as usize;
     while !job.seg.is_done() {
-        if stage.len >= limit || stage.room() < fpdu_max {
+        if stage.len() >= limit || stage.batch.frags_left() < frags_max {
             return Ok(false);
         }
-        let (saved_stream, saved_seg, start) = (tx.stream, job.seg, stage.len);
+        let (saved_stream, saved_seg, start) = (tx.stream, job.seg, stage.len());
         let Some(mut f) = job.seg.next_fpdu(&mut tx.stream) else {
             break;
         };
         let res = build_fpdu(qp, inner, pd, job.source, &mut f, stage, &crc);
         if let Err(e) = res {
-            stage.len = start;
+            stage.batch.truncate(start);
             tx.stream = saved_stream;
             job.seg = saved_seg;
             return Err(e);
@@ -556,7 +668,7 @@ fn emit(
     Ok(true)
 }
 
-/// Appends one FPDU to `stage`, copying its payload from the job's source.
+/// Appends one FPDU to `stage`, its payload from the job's source.
 fn build_fpdu(
     qp: &Qp<Rsiw>,
     inner: &QpInner,
@@ -570,9 +682,7 @@ fn build_fpdu(
     while let Some(p) = f.next_piece(crc).map_err(internal)? {
         match p {
             TxPiece::Payload { offset, len } => {
-                let start = stage.len;
-                copy_payload(qp, inner, pd, source, offset, len, stage)?;
-                f.feed_payload(crc, stage.since(start)).map_err(internal)?;
+                add_payload(qp, inner, pd, source, offset, len, f, stage, crc)?
             }
             _ => stage.push(f.bytes(&p))?,
         }
@@ -580,25 +690,36 @@ fn build_fpdu(
     Ok(())
 }
 
-/// Appends `len` payload bytes at `offset` of the message from its source.
-fn copy_payload(
+/// Appends `len` payload bytes at `offset` of the message from its source (by reference where
+/// that pays and is allowed), feeding them to the FPDU's CRC.
+#[allow(clippy::too_many_arguments)]
+fn add_payload(
     qp: &Qp<Rsiw>,
     inner: &QpInner,
     pd: usize,
     source: Source,
     offset: u32,
     len: u32,
+    f: &mut FpduTx,
     stage: &mut Stage<'_>,
+    crc: &KernelCrc32c,
 ) -> Result<(), BuildError> {
-    let mut append = |r: kernel::rdma::mr::KernelRange| -> Result {
-        r.with_slice(|b| stage.push(b)).map_err(|_| ENOMEM)
+    let zc = inner.sess.as_ref().and_then(|s| s.zc.as_ref());
+    let mut failed = None;
+    let mut add = |r: kernel::rdma::mr::KernelRange| -> Result {
+        let res = add_range(r, zc, f, stage, crc);
+        res.map_err(|e| {
+            failed = Some(e);
+            EINVAL
+        })
     };
-    match source {
+    let res = match source {
         Source::SqHead => {
             let e = inner.sq.front().ok_or(BuildError::Local)?;
             if let Some(i) = &e.inline {
                 let s = offset as usize;
                 let b = i.bytes.get(s..s + len as usize).ok_or(BuildError::Local)?;
+                f.feed_payload(crc, b).map_err(|_| BuildError::Local)?;
                 return stage.push(b);
             }
             let sges = e
@@ -612,7 +733,7 @@ fn copy_payload(
                 mem::RIGHTS_LOCAL_READ,
                 u64::from(offset),
                 u64::from(len),
-                |_, r| append(r),
+                |_, r| add(r),
             )
             .map_err(|_| BuildError::Local)
         }
@@ -626,12 +747,48 @@ fn copy_payload(
                 .src_to
                 .checked_add(u64::from(offset))
                 .ok_or(BuildError::Remote(mem::AccessError::ToWrap))?;
-            mr.access(r.src_stag, pd, mem::RIGHTS_READ, at, u64::from(len), append)
+            mr.access(r.src_stag, pd, mem::RIGHTS_READ, at, u64::from(len), add)
                 .map_err(|e| match e {
                     mem::MapError::Access(a) => BuildError::Remote(a),
                     mem::MapError::Copy(_) => BuildError::Local,
                 })
         }
         Source::SqRead | Source::None => Err(BuildError::Local),
+    };
+    match failed {
+        Some(e) => Err(e),
+        None => res,
     }
+}
+
+/// Appends one range of payload: by reference if it is long enough, its pages can be spliced
+/// and the connection has a zero-copy token to spare; else copied.
+fn add_range(
+    r: kernel::rdma::mr::KernelRange,
+    zc: Option<&ZcSession>,
+    f: &mut FpduTx,
+    stage: &mut Stage<'_>,
+    crc: &KernelCrc32c,
+) -> Result<(), BuildError> {
+    r.with_slice(|b| f.feed_payload(crc, b))
+        .map_err(|_| BuildError::Local)?;
+    if r.len() >= ZC_MIN {
+        if let Some(zc) = zc {
+            if stage.token.is_none() {
+                stage.token = zc.token();
+            }
+            if stage.token.is_some() {
+                match r.push_by_reference(stage.batch) {
+                    Ok(true) => {
+                        crate::knobs::count_tx_payload(true, r.len());
+                        return Ok(());
+                    }
+                    Ok(false) => {}
+                    Err(_) => return Err(BuildError::NoMemory),
+                }
+            }
+        }
+    }
+    crate::knobs::count_tx_payload(false, r.len());
+    r.with_slice(|b| stage.push(b))
 }

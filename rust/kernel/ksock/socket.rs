@@ -297,7 +297,7 @@ impl TcpSocket {
         })
     }
 
-    fn raw(&self) -> *mut bindings::socket {
+    pub(super) fn raw(&self) -> *mut bindings::socket {
         self.sock.as_ptr()
     }
 

@@ -167,6 +167,16 @@ impl KernelRange {
         f(unsafe { core::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) })
     }
 
+    /// Appends the range to `batch` by reference (its pages, not a copy), if they can be
+    /// spliced; returns `false`, adding nothing, if not (e.g. slab memory).
+    ///
+    /// TCP reads the pages after this returns: send the batch with a
+    /// [`crate::ksock::ZcToken`] and end the operation only once it is released.
+    pub fn push_by_reference(&self, batch: &mut crate::ksock::PageBatch) -> Result<bool> {
+        // SAFETY: By the type invariant the range is valid kernel memory for this call.
+        unsafe { batch.push_kernel_memory(self.addr, self.len) }
+    }
+
     /// Copies `src` into the start of the range.
     pub fn write(&self, src: &[u8]) -> Result {
         if src.len() > self.len {

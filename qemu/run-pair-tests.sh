@@ -23,7 +23,8 @@
 # what qemu/guest-runner.sh collects (output.tap, dmesg.txt, kmemleak.txt,
 # ...) plus the test's own files; host/NAME/ the host part's output; sync/
 # the files the halves exchanged; modules/ the modules both VMs loaded.
-# Environment: TESTS (glob on the test name, default *), RSIW_KO and ULP_KO
+# Environment: TESTS (glob on the test name, default *), PAIR_SELFTESTS_DIR
+# (where the tests are, default selftests/pair), RSIW_KO and ULP_KO
 # (the modules; copied into the run directory first), PAIR_VM_CPUS (vCPUs per
 # VM, default 1: two TCG guests share the host), PAIR_VM_MEMORY (default 2G:
 # kmemleak scans it all after each test), VM_BOOT_TIMEOUT (s, default 300),
@@ -146,19 +147,20 @@ judge() {
 	fi
 }
 
+tests_dir=$(cd "${PAIR_SELFTESTS_DIR:-selftests/pair}" && pwd)
 tests=()
-for t in selftests/pair/*.sh; do
+for t in "$tests_dir"/*.sh; do
 	name=$(basename "$t" .sh)
 	# pair.sh is the library.
 	[ "$name" = pair ] && continue
 	# shellcheck disable=SC2053
-	[[ $name == ${TESTS:-*} ]] && tests+=("$RSIW_ROOT/$t")
+	[[ $name == ${TESTS:-*} ]] && tests+=("$t")
 done
 
 echo "TAP version 13"
 if ((${#tests[@]} == 0)); then
 	echo "1..1"
-	result not-ok 1 "selection" "no pair selftest in selftests/pair matches TESTS='${TESTS:-*}'"
+	result not-ok 1 "selection" "no pair selftest in $tests_dir matches TESTS='${TESTS:-*}'"
 	finish
 fi
 echo "1..${#tests[@]}"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# make check: host-side tests, then the kernel build and the VM selftests.
-# Ends with one line, "N passed, N failed", summed over both.
+# make check: host-side tests, then the kernel build, the VM selftests and the
+# two-VM selftests. Ends with one line, "N passed, N failed", summed over all.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
-cd "$RSIW_ROOT"
+cd "$RSIW_ROOT" || exit
 
 passed=0 failed=0
 tally() { # file with a last line "<what>: N passed, N failed"
@@ -26,9 +26,34 @@ if [ "${TESTS:-*}" = "*" ]; then
 	tally "$out/host" "host-check"
 fi
 
+# selected DIR SKIP: whether TESTS matches a test DIR/NAME.sh (NAME not
+# matching the extended glob SKIP).
+shopt -s extglob
+# shellcheck disable=SC2053 # both are patterns
+selected() {
+	local t name
+	for t in "$1"/*.sh; do
+		name=$(basename "$t" .sh)
+		[[ $name == $2 ]] && continue
+		[[ $name == ${TESTS:-*} ]] && return 0
+	done
+	return 1
+}
+
 if scripts/kernel.sh >/dev/null && scripts/module.sh; then
-	qemu/run-tests.sh 2>&1 | tee "$out/vm"
-	tally "$out/vm" "vm selftests"
+	pair=0
+	selected selftests/pair pair && pair=1
+	# With no single-VM test selected but a pair test, only the pair run; with
+	# neither, run-tests.sh reports the empty selection.
+	if selected selftests '@(lib|ulp-setup|host-*)' || ((!pair)); then
+		qemu/run-tests.sh 2>&1 | tee "$out/vm"
+		tally "$out/vm" "vm selftests"
+	fi
+	# The two-VM tests (interop with the C siw): qemu/run-pair-tests.sh.
+	if ((pair)); then
+		qemu/run-pair-tests.sh 2>&1 | tee "$out/pair"
+		tally "$out/pair" "pair selftests"
+	fi
 else
 	echo "not ok - kernel or module build failed" >&2
 	failed=$((failed + 1))

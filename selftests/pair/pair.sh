@@ -75,7 +75,7 @@ pair_sync() {
 # and take the link address down again. From the EXIT trap, before cleanup.
 pair_exit() {
 	# shellcheck disable=SC2154 # lib.sh's counters
-	pair_post exit "status $_tap_failed failed of $_tap_n"
+	pair_post exit "after $_tap_n checks, $_tap_failed failed"
 	if [ -n "$PAIR_NETDEV" ]; then
 		ip addr flush dev "$PAIR_NETDEV" 2>/dev/null
 		ip link set dev "$PAIR_NETDEV" down 2>/dev/null

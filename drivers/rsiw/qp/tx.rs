@@ -12,8 +12,8 @@
 //! CRC computed from the consumer's memory: no copy on this side at all. TCP then reads those
 //! pages until the data is acknowledged, so such a round goes out with a [`ZcToken`] and a work
 //! request whose bytes went by reference (or that follows one that did) completes only once
-//! TCP released them ([`ZcSession`]). Read Responses need no such wait: the peer cannot complete
-//! its Read before it received the data.
+//! TCP released them ([`ZcSession`]). Read Responses go by reference without a token: the peer
+//! cannot complete its Read before it received the data.
 //!
 //! What goes first: a pending Terminate (then nothing else), the initiator's RTR, Read
 //! Responses the peer is owed (oldest first), then the send queue in order. A Read Request
@@ -705,9 +705,16 @@ fn add_payload(
     crc: &KernelCrc32c,
 ) -> Result<(), BuildError> {
     let zc = inner.sess.as_ref().and_then(|s| s.zc.as_ref());
+    // A Read Response's source may be spliced without a token: the peer completes its Read
+    // only once it has the data, so the consumer cannot reuse the memory while TCP may still
+    // need it (a retransmission then only repeats what the peer has).
+    let by_ref = match source {
+        Source::IrqHead => ByReference::Plain,
+        _ => zc.map_or(ByReference::No, ByReference::Token),
+    };
     let mut failed = None;
     let mut add = |r: kernel::rdma::mr::KernelRange| -> Result {
-        let res = add_range(r, zc, f, stage, crc);
+        let res = add_range(r, by_ref, f, stage, crc);
         res.map_err(|e| {
             failed = Some(e);
             EINVAL
@@ -761,11 +768,22 @@ fn add_payload(
     }
 }
 
+/// Whether payload may go by reference.
+#[derive(Clone, Copy)]
+enum ByReference<'a> {
+    /// No: copy it.
+    No,
+    /// Yes, with a token of this session (the work request waits for its release).
+    Token(&'a ZcSession),
+    /// Yes, without a token.
+    Plain,
+}
+
 /// Appends one range of payload: by reference if it is long enough, its pages can be spliced
-/// and the connection has a zero-copy token to spare; else copied.
+/// and `by_ref` allows it (with a token to spare, if it needs one); else copied.
 fn add_range(
     r: kernel::rdma::mr::KernelRange,
-    zc: Option<&ZcSession>,
+    by_ref: ByReference<'_>,
     f: &mut FpduTx,
     stage: &mut Stage<'_>,
     crc: &KernelCrc32c,
@@ -773,19 +791,24 @@ fn add_range(
     r.with_slice(|b| f.feed_payload(crc, b))
         .map_err(|_| BuildError::Local)?;
     if r.len() >= ZC_MIN {
-        if let Some(zc) = zc {
-            if stage.token.is_none() {
-                stage.token = zc.token();
-            }
-            if stage.token.is_some() {
-                match r.push_by_reference(stage.batch) {
-                    Ok(true) => {
-                        crate::knobs::count_tx_payload(true, r.len());
-                        return Ok(());
-                    }
-                    Ok(false) => {}
-                    Err(_) => return Err(BuildError::NoMemory),
+        let allowed = match by_ref {
+            ByReference::No => false,
+            ByReference::Plain => true,
+            ByReference::Token(zc) => {
+                if stage.token.is_none() {
+                    stage.token = zc.token();
                 }
+                stage.token.is_some()
+            }
+        };
+        if allowed {
+            match r.push_by_reference(stage.batch) {
+                Ok(true) => {
+                    crate::knobs::count_tx_payload(true, r.len());
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(_) => return Err(BuildError::NoMemory),
             }
         }
     }

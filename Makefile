@@ -3,7 +3,7 @@
 #   make run            boot the VM, bring up rsiw0, NFS over RDMA through it, a summary
 #   make check          every test: host-side Rust, then the VM selftests
 #   make check TESTS=G  only the VM selftests whose name matches glob G
-#   make pair-check     the two-VM selftests (interop with the C siw; not yet in check)
+#   make pair-check     only the two-VM selftests (interop with the C siw; also in check)
 #   make bench          side-by-side benchmarks (see README.md)
 #   make fuzz           longer fuzzing runs of the protocol core
 #   make module         build rsiw.ko against the cached kernel

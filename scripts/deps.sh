@@ -11,6 +11,14 @@ apt_packages=(
 	nfs-kernel-server nfs-common rpcbind nvme-cli fio iperf3
 )
 
+# bindgen-cli compiles for ~3 min: build it while apt downloads and installs.
+bindgen_pid=
+if ! command -v bindgen >/dev/null 2>&1; then
+	progress "installing bindgen-cli from crates.io (~3 min, beside apt)"
+	cargo install --locked --quiet bindgen-cli --version "~0.73" &
+	bindgen_pid=$!
+fi
+
 missing=()
 for p in "${apt_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -24,14 +32,13 @@ if ((${#missing[@]})); then
 	sudo_if_needed systemctl disable --now nfs-server rpcbind rpcbind.socket >/dev/null 2>&1 || true
 fi
 
+if [ -n "$bindgen_pid" ] && ! wait "$bindgen_pid"; then
+	die "cargo install bindgen-cli failed"
+fi
+
 if ! rustup component list --installed 2>/dev/null | grep -q '^rust-src'; then
 	progress "adding rustup component rust-src"
 	rustup component add rust-src >/dev/null
-fi
-
-if ! command -v bindgen >/dev/null 2>&1; then
-	progress "installing bindgen-cli from crates.io (~3 min)"
-	cargo install --locked --quiet bindgen-cli --version "~0.73"
 fi
 
 if [ ! -x "$VENV/bin/vng" ]; then

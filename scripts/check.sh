@@ -21,10 +21,21 @@ tally() { # file with a last line "<what>: N passed, N failed"
 scripts/deps.sh || die "installing dependencies failed"
 out=$(mktemp -d)
 
+# The host tests run beside the kernel build: on a fresh machine they spend
+# much of their time fetching crates and in timed fuzz runs. Their output is
+# shown once they are done.
+host_pid=
 if [ "${TESTS:-*}" = "*" ]; then
-	selftests/host-check.sh 2>&1 | tee "$out/host"
-	tally "$out/host" "host-check"
+	selftests/host-check.sh >"$out/host" 2>&1 &
+	host_pid=$!
 fi
+host_done() {
+	[ -n "$host_pid" ] || return 0
+	wait "$host_pid"
+	host_pid=
+	cat "$out/host"
+	tally "$out/host" "host-check"
+}
 
 # selected DIR SKIP: whether TESTS matches a test DIR/NAME.sh (NAME not
 # matching the extended glob SKIP).
@@ -41,6 +52,7 @@ selected() {
 }
 
 if scripts/kernel.sh >/dev/null && scripts/module.sh; then
+	host_done
 	pair=0
 	selected selftests/pair pair && pair=1
 	# With no single-VM test selected but a pair test, only the pair run; with
@@ -55,6 +67,7 @@ if scripts/kernel.sh >/dev/null && scripts/module.sh; then
 		tally "$out/pair" "pair selftests"
 	fi
 else
+	host_done
 	echo "not ok - kernel or module build failed" >&2
 	failed=$((failed + 1))
 fi

@@ -3,8 +3,8 @@
 # NVMe-oF (nvmet-rdma target and nvme-rdma host on 198.18.0.1, a dummy netdev
 # with the device on it, a null_blk namespace) with fio writing 64 KiB blocks
 # at queue depth 16: first `rdma link delete`, then `rmmod` of the driver.
-# Then NFS over RDMA (knfsd on rdma port 20049 and a proto=rdma mount) with
-# fio writing through the mount, and `rdma link delete`. Each removal must
+# Then NFS over RDMA (knfsd on rdma port 20049 and an NFSv3 proto=rdma
+# mount) with fio writing through it, and `rdma link delete`. Each removal must
 # return within REMOVAL_MAX seconds, with the ULPs letting go of the device:
 # the NVMe host deletes its controller and fio fails with an I/O error instead
 # of hanging; the NFS writer ends or can be killed, the mount can be forced
@@ -26,8 +26,10 @@ nqn=nqn.2014-08.org.rsiw:selftest-removal
 # How long a removal may take, and a writer may go on after it.
 REMOVAL_MAX=${REMOVAL_MAX:-60}
 WRITER_MAX=${WRITER_MAX:-60}
-# The NFS version of the NFS case.
-NFS_VERS=${NFS_VERS:-4.2}
+# The NFS version of the NFS case. NFSv4.x keeps its client (and with it the
+# nfsv4 and rpcrdma modules) after the umount, for minutes, while it tries to
+# end its session with a server it cannot reach.
+NFS_VERS=${NFS_VERS:-3}
 export_dir=$TEST_TMP/export
 mnt=$TEST_TMP/mnt
 
@@ -239,6 +241,11 @@ no_nfs_volumes() {
 	[ "$(tail -n +2 /proc/fs/nfsfs/volumes 2>/dev/null | wc -l)" = 0 ]
 }
 
+# no_nfs_servers: the NFS client has no server (nfs_client) left.
+no_nfs_servers() {
+	[ "$(tail -n +2 /proc/fs/nfsfs/servers 2>/dev/null | wc -l)" = 0 ]
+}
+
 # nfs_case WHAT: knfsd and an NFS mount over the device, fio writing through
 # it; rdma link delete.
 nfs_case() {
@@ -285,6 +292,7 @@ nfs_case() {
 	ulp_undo_drop "nfs:$mnt"
 	# A lazily unmounted file system stays until its last file and request go.
 	tap_wait "$what: the NFS client has no volume left (/proc/fs/nfsfs/volumes)" 30 no_nfs_volumes
+	tap_wait "$what: the NFS client let go of the server (/proc/fs/nfsfs/servers)" 30 no_nfs_servers
 	if ended "$fio_pid"; then
 		t0=$(date +%s.%N)
 		tap_check "$what: knfsd stops" nfs_server_stop

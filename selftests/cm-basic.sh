@@ -12,6 +12,10 @@
 #   server's private data back (MPA Reply with R=1);
 # - a TCP client that never sends an MPA Request is dropped after the MPA
 #   timeout;
+# - rsiw's initiator timeouts: a connect to a TCP listener that never sends
+#   an MPA Reply, and a connect whose SYNs go unanswered, each end in
+#   RDMA_CM_EVENT_UNREACHABLE (ETIMEDOUT) after rsiw's 10 s timeout, and
+#   leave no socket, CM id or QP behind;
 # - no splat, no leak once everything is torn down.
 # timeout: 600
 # Helpers are called through tap_check and trap:
@@ -28,7 +32,10 @@ if rsiw_is_reference; then
 	tap_done
 fi
 
-a=198.18.0.1 b=198.18.0.2 port=20890 sport=20891
+a=198.18.0.1 b=198.18.0.2 port=20890 sport=20891 silent=20892
+# Nobody owns $nobody: a static neighbour entry sends its frames to a MAC
+# that no interface has, so the SYNs vanish on the veth.
+nobody=198.18.0.3
 pids=()
 stop_bg() {
 	local p
@@ -76,14 +83,25 @@ inns timeout 20 rping -c -a $a -p $port -C 1 -S 64 -v >"$TEST_TMP/rping-c" 2>&1
 tap_match "rping on siw is rejected by the rsiw server" "RDMA_CM_EVENT_REJECTED" "$(cat "$TEST_TMP/rping-c")"
 tap_match "the rsiw server counted the reject" "accepted=0 rejected=1 " "$(cat "$ULP/status")"
 
-# 2. rsiw (ULP client) to rsiw (ULP server): both ends established.
+# closed_total N: whether the ULP server counted N connections closed or failed.
+closed_total() {
+	awk -v n="$1" '{ for (i = 1; i <= NF; i++) { split($i, f, "="); if (f[1] == "closed" || f[1] == "failed") t += f[2] } }
+		END { exit t != n }' "$ULP/status"
+}
+
+# 2. rsiw (ULP client) to rsiw (ULP server): both ends established. The ULP's
+# connect test passes only on RDMA_CM_EVENT_ESTABLISHED.
+ulp_ctl clear
+ulp_ctl "client addr=$a port=$port test=connect" >/dev/null
+res=$(cat "$ULP/result")
+tap_diag "ULP client: $res"
+tap_match "the rsiw client got connected to the rsiw server (ESTABLISHED)" "^ok [0-9]+ - connect " "$res"
+tap_match "the rsiw server accepted the rsiw client" "accepted=1 " "$(cat "$ULP/status")"
 ulp_ctl clear
 ulp_ctl "client addr=$a port=$port test=send size=1" >/dev/null
 res=$(cat "$ULP/result")
-tap_match "the rsiw server accepted the rsiw client" "accepted=1 " "$(cat "$ULP/status")"
-tap_no_match "the rsiw client got connected" "waiting for the connection|rejected" "$res"
-tap_match "a SEND crosses the rsiw-rsiw connection" "^ok " "$res"
-tap_wait "the server saw the connection close" 20 grep -Eq "closed=1 |failed=1 " "$ULP/status"
+tap_match "a SEND crosses the rsiw-rsiw connection" "^ok [0-9]+ - send " "$res"
+tap_wait "the server saw both connections close" 20 closed_total 2
 tap_diag "ULP status: $(cat "$ULP/status")"
 
 # 3. rsiw (ULP client) connects to siw (rping server).
@@ -92,10 +110,10 @@ pids+=($!)
 tap_wait "the siw rping server listens on $b:$sport" 30 \
 	sh -c "ip netns exec $ns ss -Hltn | grep -q '$b:$sport'"
 ulp_ctl clear
-ulp_ctl "client addr=$b port=$sport test=send size=1" >/dev/null
+ulp_ctl "client addr=$b port=$sport test=connect" >/dev/null
 res=$(cat "$ULP/result")
-tap_no_match "the rsiw client got connected to the siw server" "waiting for the connection|rejected" "$res"
 tap_diag "ULP client: $res"
+tap_match "the rsiw client got connected to the siw server (ESTABLISHED)" "^ok [0-9]+ - connect " "$res"
 kill "${pids[-1]}" 2>/dev/null
 tap_diag "rping -s: $(cat "$TEST_TMP/rping-s")"
 
@@ -114,6 +132,61 @@ else
 	tap_fail "a silent TCP client is dropped after the MPA timeout" "closed after ${took} s"
 fi
 tap_match "the timeout is logged" "no valid MPA Request from $b:[0-9]*: Failed\(Timeout\)" "$(kmsg_since_mark)"
+
+# qp_count: how many QPs rsiw0 has.
+qp_count() { rdma res show qp link rsiw0/1 2>/dev/null | grep -c "lqpn"; }
+# connect_error DESC DST PORT: the ULP connects to DST:PORT, which never
+# answers; the connect must end in RDMA_CM_EVENT_UNREACHABLE (7) with
+# -ETIMEDOUT after rsiw's timeout (10 s, cm.rs), within 10 s of slack, and
+# leave no socket, CM id or QP.
+connect_error() {
+	local desc=$1 dst=$2 dport=$3 qps res ev st ms left
+	qps=$(qp_count)
+	ulp_ctl clear
+	ulp_ctl "client addr=$dst port=$dport test=connect_error" >/dev/null
+	res=$(cat "$ULP/result")
+	tap_diag "ULP client: $res"
+	tap_match "$desc: the connect fails" "^ok [0-9]+ - connect_error " "$res"
+	ev=$(sed -nE 's/^# connect_error: event=([0-9]+) .*/\1/p' <<<"$res")
+	st=$(sed -nE 's/^# connect_error: .* status=(-?[0-9]+) .*/\1/p' <<<"$res")
+	ms=$(sed -nE 's/^# connect_error: .* ms=([0-9]+)$/\1/p' <<<"$res")
+	tap_result "$([ "$ev" = 7 ] && [ "$st" = -110 ] && echo 0 || echo 1)" \
+		"$desc: RDMA_CM_EVENT_UNREACHABLE with -ETIMEDOUT" "event ${ev:-none} status ${st:-none}"
+	tap_result "$((${ms:-0} >= 9500 && ${ms:-0} <= 20000 ? 0 : 1))" \
+		"$desc: after the 10 s timeout (${ms:-?} ms)" "${ms:-no} ms from rdma_connect to the event"
+	# A released socket may linger orphaned in FIN-WAIT (the peer never
+	# closes); one still connecting or connected would be rsiw's.
+	left=$(ss -Htan state syn-sent state established state close-wait dst "$dst:$dport" 2>&1)
+	tap_result "$([ -z "$left" ] && echo 0 || echo 1)" "$desc: no socket left connecting or connected" "$left"
+	left=$(rdma res show cm_id 2>&1 | grep -F "dst-addr $dst:$dport")
+	tap_result "$([ -z "$left" ] && echo 0 || echo 1)" "$desc: no CM id left" "$left"
+	tap_result "$([ "$(qp_count)" = "$qps" ] && echo 0 || echo 1)" "$desc: no QP left" \
+		"QPs on rsiw0 before $qps, now $(qp_count)" "$(rdma res show qp link rsiw0/1 2>&1)"
+}
+
+# 6. rsiw connects to a TCP listener that never sends an MPA Reply.
+# ip netns exec execs python3: $! is the listener itself, which stop_bg ends.
+ip netns exec "$ns" python3 -c '
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(4)
+held = []
+while True:
+    c, _ = s.accept()
+    held.append(c)  # never read, never answered
+' "$b" "$silent" >"$TEST_TMP/silent.log" 2>&1 &
+pids+=($!)
+tap_wait "a silent TCP listener runs on $b:$silent" 30 \
+	sh -c "ip netns exec $ns ss -Hltn | grep -q '$b:$silent'"
+connect_error "MPA Reply timeout" "$b" "$silent"
+tap_match "rsiw logs the MPA Reply timeout" "MPA negotiation with $b:$silent failed: Timeout" "$(kmsg_since_mark)"
+
+# 7. rsiw connects to an address nobody owns: the SYNs get no answer.
+tap_check "static neighbour for $nobody (MAC nobody has)" \
+	ip neigh replace "$nobody" lladdr 02:52:53:49:57:3f dev cmv0 nud permanent
+connect_error "TCP connect timeout" "$nobody" "$port"
 
 sleep 2
 stop_bg

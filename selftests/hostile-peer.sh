@@ -5,9 +5,11 @@
 # as its RTR), asks the server for a target region through the ULP's control
 # protocol, and sends one FPDU that breaks a rule: an RDMA Write or Read
 # outside the region, under a wrong key, an invalidated key, an STag of another
-# connection's PD or without the right; a Send with a bad CRC, too long for the
-# receive, out of MSN order or with no receive posted; ULPDU_Lengths that
-# contradict the headers. Each case (a fresh connection) expects a Terminate
+# connection's PD or without the right; a Read Request more than the IRD; a
+# Read Response with no Read outstanding; a Send with a bad CRC, too long for
+# the receive, out of MSN order or with no receive posted; a Send with
+# Invalidate of another PD's STag or of one that does not exist; ULPDU_Lengths
+# that contradict the headers. Each case (a fresh connection) expects a Terminate
 # with the exact Layer/EType/Code (RFC 5040 4.8, RFC 5041 7.2, RFC 5044 8),
 # nothing else, the TCP connection closed, the server's connection ended in
 # error, no placement (the server audits its regions at teardown: sealed
@@ -209,12 +211,29 @@ check_case read-beyond 0/1/0x01 1 1 "RDMA Read Request past the end of the regio
 check_case read-bad-key 0/1/0x00 1 1 "RDMA Read Request under a wrong key"
 check_case read-write-only 0/1/0x02 1 1 "RDMA Read Request of a region without remote read"
 check_case read-wrong-pd 0/1/0x03 1 2 "RDMA Read Request of another connection's region (wrong PD)"
+check_case read-invalidated 0/1/0x00 1 1 "RDMA Read Request under an invalidated key"
+# Inbound Reads are bounded by the responder's IRD (RFC 6581 9.1: the
+# initiator's ORD at most the responder's IRD); Read Requests are untagged
+# messages on queue 1, and one beyond the IRD finds no buffer: DDP "Invalid
+# MSN - no buffer available" (RFC 5041 7.2, as the C siw reports it too).
+check_case read-ird-overflow 1/2/0x02 1 1 "one RDMA Read Request more than the server's IRD"
+# A Read Response that answers no outstanding Read is an unexpected opcode
+# (RFC 5040 4.8: RDMAP remote operation error 0x06).
+check_case read-response-unsolicited 0/2/0x06 1 1 "RDMA Read Response with no RDMA Read outstanding"
 
 # Untagged Sends and framing (RFC 5041 7.2, RFC 5044 8).
 check_case send-bad-crc 2/0/0x02 1 1 "Send into a data receive with a bad CRC"
 check_case send-too-long 1/2/0x05 1 1 "Send longer than the posted data receive"
 check_case send-wrong-msn 1/2/0x03 1 1 "Send into a data receive with the wrong MSN"
 check_case send-no-buffer 1/2/0x02 1 1 "Send with no receive posted"
+# Send with Invalidate of an STag the receiver may not invalidate: RDMAP
+# remote protection error "STag cannot be invalidated" (RFC 5040 4.8, 0x09).
+# The other connection's STag stays valid. The Sends carry no payload: rsiw
+# places a Send's payload into the receive before it checks the STag to
+# invalidate (drivers/rsiw/qp/rx.rs on_done), so the audit would count the
+# flushed receive as tampered with.
+check_case send-inv-wrong-pd 0/1/0x09 1 2 "Send with Invalidate of another connection's STag (wrong PD)"
+check_case send-inv-no-stag 0/1/0x09 1 2 "Send with Invalidate of an STag that does not exist"
 # Lengths that contradict the headers, framed consistently with a valid CRC:
 # rsiw raises the header error at the end of the FPDU (a damaged header would
 # be a CRC error): shorter than any DDP header is DDP's local catastrophic

@@ -19,16 +19,18 @@
 #   nfs_export_tmpfs DIR SIZE              nfs_mount ADDR EXPORT VERS DIR [PORT] [OPTS]
 #   nfs_server_start EXPORT [PORT]         nfs_umount DIR
 #   nfs_server_stop                        nfs_mount_xprt DIR
+#                                          nfs_mount_ops DIR OP
 # target (nvmet)                         host (nvme)
 #   nvmet_null_blk NAME SIZE_MB            nvme_connect ADDR SVCID NQN [OPTION]...
 #   nvmet_brd SIZE_MB                      nvme_disconnect NQN
 #   nvmet_subsys NQN DEV...                nvme_namespaces NQN
-#   nvmet_port ID ADDR SVCID NQN
+#   nvmet_port ID ADDR SVCID NQN           nvme_ctrls NQN
 #   nvmet_port_del ID NQN, nvmet_subsys_del NQN
 # either side
 #   ulp_modprobe MODULE [PARAM=VALUE]..., ulp_cleanup
 #   ulp_res_count DEV KIND, ulp_res_summary DEV, ulp_no_qps DEV (rdma res)
 #   ulp_rsiw_mpa KEY (rsiw's connection counters)
+#   ulp_tcp_sockets PORT (a port's TCP sockets but TIME-WAIT)
 # shellcheck shell=bash
 
 NFS_RDMA_PORT=${NFS_RDMA_PORT:-20049}
@@ -128,6 +130,14 @@ ulp_no_qps() {
 ulp_rsiw_mpa() {
 	awk -v k="$1" 'NR == 2 { for (i = 1; i <= NF; i++) { split($i, f, "="); if (f[1] == k) print f[2] } }' \
 		/sys/kernel/debug/rsiw/mpa 2>/dev/null
+}
+
+# ulp_tcp_sockets PORT: the TCP sockets (listening or connected, not in
+# TIME-WAIT) whose local or remote port is PORT, one a line, from ss. An iWARP
+# device's connections and listeners are kernel TCP sockets: none of a
+# ULP's may outlive its device.
+ulp_tcp_sockets() {
+	ss -tanH state all "( sport = :$1 or dport = :$1 )" 2>/dev/null | awk '$1 != "TIME-WAIT"'
 }
 
 # ---------------------------------------------------------------- NFS server
@@ -270,6 +280,14 @@ nfs_mount_xprt() {
 		cur && $1 == "xprt:" { print $2; exit }' /proc/self/mountstats
 }
 
+# nfs_mount_ops DIR OP: how many OP RPCs (WRITE, READ, ...) the NFS mount on
+# DIR sent, from /proc/self/mountstats; empty if DIR is no NFS mount.
+nfs_mount_ops() {
+	awk -v d="$1" -v op="$2:" '
+		$1 == "device" { cur = ($5 == d) }
+		cur && $1 == op { print $2; exit }' /proc/self/mountstats
+}
+
 # ---------------------------------------------------------------- NVMe-oF target
 
 # nvmet_null_blk NAME SIZE_MB: a memory-backed null_blk device /dev/NAME (the
@@ -385,6 +403,15 @@ nvme_connect() {
 nvme_disconnect() {
 	ulp_undo_drop "nvme:$1"
 	timeout 120 nvme disconnect -n "$1" >/dev/null
+}
+
+# nvme_ctrls NQN: the controllers (nvme0, ...) of the subsystem NQN, one a line.
+nvme_ctrls() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && echo "${c##*/}"
+	done
+	return 0
 }
 
 # nvme_namespaces NQN: the block devices (/dev/nvmeXnY) of the connected

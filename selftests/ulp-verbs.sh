@@ -6,7 +6,11 @@
 # REG_MR with key rotation, LOCAL_INV; signaled and unsignaled) at sizes 0, 1,
 # 4095, 4096, 65537 and 4 MiB with byte-exact data and guard checks, 64 QPs at
 # once, a reject with private data, teardown with traffic in flight, and the
-# MPA modes (Markers, CRC off, revision 1, each RTR type). Each
+# MPA modes (Markers, CRC off, revision 1, each RTR type). The device's
+# limits, read from its attributes (rsiw: 8 SGEs, 1 READ sink SGE, IRD/ORD
+# 128, 32768 work requests; the C siw: 6 SGEs): SEND, receive, WRITE and READ
+# at the SGE limit, one SGE more refused with EINVAL, as many READs at once
+# as the negotiated ORD, and a QP of max_qp_wr (one deeper refused). Each
 # ULP test is one TAP line.
 # timeout: 1500
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -29,7 +33,8 @@ ulp_run() {
 		case $line in
 		"ok "*) tap_ok "$desc: ${line#ok * - }" ;;
 		"not ok "*) tap_fail "$desc: ${line#not ok * - }" ;;
-		bench*) tap_diag "$line" ;;
+		bench* | caps*) tap_diag "$line" ;;
+		"# "*) tap_diag "${line#\# }" ;;
 		esac
 	done <"$ULP/result"
 	tap_result "$st" "$desc: '$cmd' exit status" "$out"
@@ -41,10 +46,33 @@ client="client addr=$ip port=$port"
 for t in send recv write read read_inv send_inv recv_inv; do
 	ulp_run "$t" "$client test=$t"
 done
+# The device's limits, as the ULP reads them from the device's attributes.
+ulp_ctl clear
+err=$(ulp_ctl "caps addr=$ip")
+caps=$(grep '^caps ' "$ULP/result")
+tap_match "the ULP reads the device's limits" "^caps max_send_sge=[0-9]+ " "$caps${err:+ ($err)}"
+tap_diag "$caps"
+cap() { sed -nE "s/.* $1=([0-9]+).*/\1/p" <<<"$caps"; }
+send_sge=$(cap max_send_sge) recv_sge=$(cap max_recv_sge) read_sge=$(cap max_sge_rd)
+# rsiw reports 8 SGEs (drivers/rsiw/qp/mod.rs MAX_SGE), the C siw 6 (SIW_MAX_SGE).
+if rsiw_is_reference; then want_sge=6; else want_sge=8; fi
+tap_result "$([ "$send_sge" = $want_sge ] && [ "$recv_sge" = $want_sge ] && echo 0 || echo 1)" \
+	"$RSIW_MODULE reports $want_sge send and receive SGEs" "max_send_sge ${send_sge:-?} max_recv_sge ${recv_sge:-?}"
+# sge=max: exactly the device's limit (the ULP fails the test if it cannot
+# build that many SGEs).
 for t in send recv write; do
-	ulp_run "$t, 6 SGEs" "$client test=$t size=65537 sge=6"
-	ulp_run "$t, 6 SGEs, 4 MiB" "$client test=$t size=4194304 sge=6"
+	ulp_run "$t, device's SGE limit (send $send_sge, receive $recv_sge)" "$client test=$t size=65537 sge=max"
+	ulp_run "$t, device's SGE limit, 4 MiB" "$client test=$t size=4194304 sge=max"
 done
+ulp_run "read, device's READ sink SGE limit ($read_sge)" "$client test=read size=65537 sge=max"
+# One SGE over the limit: the post fails with EINVAL and the QP goes on.
+for t in send recv write read; do
+	ulp_run "$t with one SGE more than the device allows" "$client test=sge_over_$t"
+done
+# The device's largest IRD/ORD negotiated, and that many READs in flight.
+ulp_run "READs up to the device's ORD at once" "$client test=rd_max"
+# A QP of the device's max_qp_wr send and receive depth; one deeper fails.
+ulp_run "QP of max_qp_wr work requests" "$client test=qp_max_wr"
 ulp_run "write, unsignaled" "$client test=write size=65537 sge=3 signaled=0"
 ulp_run "send, unsignaled" "$client test=send size=4096 signaled=0"
 ulp_run "solicited SEND" "$client test=solicited_send size=4096"

@@ -364,14 +364,15 @@ fn establish(
     // FPDUs that arrived with or right after the MPA frames are already queued.
     sock.kick_data_ready();
     pr_debug!(
-        "rsiw: QP {} in RTS: MPA rev {} crc {} markers tx {} rx {} ird {} ord {}\n",
+        "rsiw: QP {} in RTS: MPA rev {} crc {} markers tx {} rx {} ird {} ord {} large FPDUs {}\n",
         qp.qpn(),
         negotiated.rev,
         negotiated.crc,
         negotiated.markers_tx,
         negotiated.markers_rx,
         negotiated.ird,
-        negotiated.ord
+        negotiated.ord,
+        negotiated.large_fpdu
     );
     Ok(())
 }

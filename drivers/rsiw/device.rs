@@ -30,6 +30,7 @@ use kernel::{
         udata::UserData,
         verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
     },
+    str::CString,
     sync::Mutex,
 };
 
@@ -67,7 +68,7 @@ fn take_slot(counter: &AtomicU32, limit: u32) -> Result {
 static NEXT_PART_ID: AtomicU32 = AtomicU32::new(0);
 
 /// Per-device state.
-#[pin_data]
+#[pin_data(PinnedDrop)]
 pub(crate) struct DeviceData {
     /// Live queue pairs by number, for the connection manager's lookups. A spinlock: iw_cm
     /// looks QPs up with interrupts disabled.
@@ -92,6 +93,37 @@ pub(crate) struct DeviceData {
     part_id: u32,
     /// Node GUID, an EUI-64 of the netdev's MAC at creation time.
     node_guid: u64,
+    /// The name the device was created with, for the removal message.
+    name: CString,
+}
+
+#[pinned_drop]
+impl PinnedDrop for DeviceData {
+    /// The core releases the device (its `dealloc_driver`): the last step of every removal, once
+    /// each ULP let go of the device and every object on it was destroyed.
+    fn drop(self: Pin<&mut Self>) {
+        let counts = [
+            self.num_qp.load(Ordering::Acquire),
+            self.num_cq.load(Ordering::Acquire),
+            self.num_mr.load(Ordering::Acquire),
+            self.num_pd.load(Ordering::Acquire),
+            self.num_srq.load(Ordering::Acquire),
+        ];
+        if counts == [0; 5] {
+            pr_info!("{}: removed\n", &*self.name);
+        } else {
+            // The core destroyed everything on the device, so a count left is a driver bug.
+            pr_err!(
+                "{}: removed with {} QPs, {} CQs, {} MRs, {} PDs, {} SRQs still counted\n",
+                &*self.name,
+                counts[0],
+                counts[1],
+                counts[2],
+                counts[3],
+                counts[4]
+            );
+        }
+    }
 }
 
 /// The rsiw RDMA driver: answers the RDMA core's device-level verbs.
@@ -431,6 +463,7 @@ impl LinkHandler for Links {
             num_comp_vectors: 1,
         };
         let stag_table = StagTable::new()?;
+        let dev_name = CString::try_from_fmt(kernel::fmt!("{}", name))?;
         let data = try_pin_init!(DeviceData {
             qps <- new_spinlock_irq!(
                 QpTable {
@@ -448,6 +481,7 @@ impl LinkHandler for Links {
             num_srq: AtomicU32::new(0),
             part_id: NEXT_PART_ID.fetch_add(1, Ordering::Relaxed),
             node_guid,
+            name: dev_name,
         });
         if let Err(e) = self.registry.register(name, ndev, &info, data) {
             pr_err!(

@@ -3,11 +3,23 @@
 //! Administrator settings for new connections, and counters of what connections negotiated,
 //! in `/sys/kernel/debug/rsiw/mpa`.
 //!
-//! Writing `rev=1|2 crc=0|1 markers=0|1 rtr=none|write|read|send` (any subset, any order)
-//! changes how later connections are negotiated; reading shows the settings and, per outcome,
-//! how many connections reached RTS, and (third line) how the transmit path sent payload: by
-//! reference or copied, and how many zero-copy sends TCP made and released. The settings live in
-//! one atomic word, so the connection manager reads a consistent set without a lock.
+//! Writing `rev=1|2 crc=0|1 markers=0|1 rtr=none|write|read|send large_fpdu=0|1` (any subset,
+//! any order) changes how later connections are negotiated; reading shows the settings and, per
+//! outcome, how many connections reached RTS, and (third line) how the transmit path sent
+//! payload: by reference or copied, how many zero-copy sends TCP made and released, and how many
+//! FPDUs it sent, how many of them were longer than the socket's MSS then, and the longest.
+//!
+//! Scripts find each value by its line and key (`awk 'NR == 2 ...'`), so new keys are only ever
+//! appended at the end of a line:
+//!
+//! ```text
+//! rev=2 crc=1 markers=0 rtr=none large_fpdu=1
+//! established=N crc=N markers=N rev1=N rtr_write=N rtr_read=N rtr_send=N large_fpdu=N
+//! tx_payload_by_reference=N tx_payload_copied=N zc_sends=N zc_released=N tx_fpdus=N tx_fpdus_over_mss=N tx_fpdu_max=N
+//! ```
+//!
+//! The settings live in one atomic word, so the connection manager reads a consistent set
+//! without a lock.
 
 #![deny(unsafe_code)]
 
@@ -26,8 +38,10 @@ const NO_CRC: u32 = 1 << 1;
 const MARKERS: u32 = 1 << 2;
 const RTR_SHIFT: u32 = 3;
 const RTR_MASK: u32 = 3 << RTR_SHIFT;
+const NO_LARGE_FPDU: u32 = 1 << 5;
 
-/// The settings word: all zero is the default (revision 2, CRC, no Markers asked for, no RTR).
+/// The settings word: all zero is the default (revision 2, CRC, no Markers asked for, no RTR,
+/// large FPDUs proposed and agreed to).
 static SETTINGS: AtomicU32 = AtomicU32::new(0);
 
 /// Connections that reached RTS, by what they negotiated.
@@ -36,12 +50,19 @@ static WITH_CRC: AtomicU64 = AtomicU64::new(0);
 static WITH_MARKERS: AtomicU64 = AtomicU64::new(0);
 static WITH_REV1: AtomicU64 = AtomicU64::new(0);
 static WITH_RTR: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static WITH_LARGE_FPDU: AtomicU64 = AtomicU64::new(0);
 
 /// Payload bytes sent by reference (zero copy) and copied; zero-copy sends made and released.
 static TX_BY_REFERENCE: AtomicU64 = AtomicU64::new(0);
 static TX_COPIED: AtomicU64 = AtomicU64::new(0);
 static ZC_SENDS: AtomicU64 = AtomicU64::new(0);
 static ZC_RELEASED: AtomicU64 = AtomicU64::new(0);
+
+/// FPDUs sent; those longer than the socket's MSS when they were built; the longest (octets on
+/// the wire: ULPDU_Length, ULPDU, PAD, Markers and CRC).
+static TX_FPDUS: AtomicU64 = AtomicU64::new(0);
+static TX_FPDUS_OVER_MSS: AtomicU64 = AtomicU64::new(0);
+static TX_FPDU_MAX: AtomicU64 = AtomicU64::new(0);
 
 /// Counts `n` payload bytes sent, by reference or copied.
 pub(crate) fn count_tx_payload(by_reference: bool, n: usize) {
@@ -52,6 +73,19 @@ pub(crate) fn count_tx_payload(by_reference: bool, n: usize) {
     };
     // CAST: `usize` is at most 64 bits wide.
     c.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Counts an FPDU of `wire_len` octets built while the socket's MSS was `mss`.
+pub(crate) fn count_fpdu(wire_len: u32, mss: u32) {
+    TX_FPDUS.fetch_add(1, Ordering::Relaxed);
+    if wire_len > mss {
+        TX_FPDUS_OVER_MSS.fetch_add(1, Ordering::Relaxed);
+    }
+    let len = u64::from(wire_len);
+    // Mostly not a new maximum: a plain load spares the read-modify-write.
+    if len > TX_FPDU_MAX.load(Ordering::Relaxed) {
+        TX_FPDU_MAX.fetch_max(len, Ordering::Relaxed);
+    }
 }
 
 /// Counts a zero-copy send made.
@@ -104,6 +138,7 @@ pub(crate) fn policy(ird: u16, ord: u16) -> MpaPolicy {
     }
     p.crc = s & NO_CRC == 0;
     p.markers_rx = s & MARKERS != 0;
+    p.large_fpdu = s & NO_LARGE_FPDU == 0;
     if let Some(t) = rtr_of(s) {
         // Ask for this RTR as initiator; accept only it as responder.
         p.p2p = true;
@@ -138,6 +173,9 @@ pub(crate) fn count(n: &Negotiated) {
     if let Some(c) = rtr.and_then(|t| WITH_RTR.get(rtr_index(t))) {
         c.fetch_add(1, Ordering::Relaxed);
     }
+    if n.large_fpdu {
+        WITH_LARGE_FPDU.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Parses one `key=value` setting into `s`.
@@ -163,6 +201,7 @@ fn apply(s: &mut u32, word: &str) -> Result {
         },
         "crc" => flag(s, NO_CRC, !bool_of(v)?),
         "markers" => flag(s, MARKERS, bool_of(v)?),
+        "large_fpdu" => flag(s, NO_LARGE_FPDU, !bool_of(v)?),
         "rtr" => {
             let code = match v {
                 "none" => 0,
@@ -202,32 +241,39 @@ impl FileHandler for MpaFile {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         writeln!(
             t,
-            "rev={} crc={} markers={} rtr={}",
+            "rev={} crc={} markers={} rtr={} large_fpdu={}",
             if s & REV1 != 0 { 1 } else { 2 },
             u8::from(s & NO_CRC == 0),
             u8::from(s & MARKERS != 0),
-            rtr_name(rtr_of(s))
+            rtr_name(rtr_of(s)),
+            u8::from(s & NO_LARGE_FPDU == 0)
         )
         .map_err(|_| ENOMEM)?;
         writeln!(
             t,
-            "established={} crc={} markers={} rev1={} rtr_write={} rtr_read={} rtr_send={}",
+            "established={} crc={} markers={} rev1={} rtr_write={} rtr_read={} rtr_send={} \
+             large_fpdu={}",
             n(&ESTABLISHED),
             n(&WITH_CRC),
             n(&WITH_MARKERS),
             n(&WITH_REV1),
             n(&WITH_RTR[0]),
             n(&WITH_RTR[1]),
-            n(&WITH_RTR[2])
+            n(&WITH_RTR[2]),
+            n(&WITH_LARGE_FPDU)
         )
         .map_err(|_| ENOMEM)?;
         writeln!(
             t,
-            "tx_payload_by_reference={} tx_payload_copied={} zc_sends={} zc_released={}",
+            "tx_payload_by_reference={} tx_payload_copied={} zc_sends={} zc_released={} \
+             tx_fpdus={} tx_fpdus_over_mss={} tx_fpdu_max={}",
             n(&TX_BY_REFERENCE),
             n(&TX_COPIED),
             n(&ZC_SENDS),
-            n(&ZC_RELEASED)
+            n(&ZC_RELEASED),
+            n(&TX_FPDUS),
+            n(&TX_FPDUS_OVER_MSS),
+            n(&TX_FPDU_MAX)
         )
         .map_err(|_| ENOMEM)
     }

@@ -78,7 +78,7 @@ READ_REQ_LEN = 28
 
 # RDMAP opcodes (RFC 5040 section 4.3); the control octet is RV=1 in the
 # top two bits and the opcode in the low nibble.
-OP_WRITE, OP_READ_REQ, OP_READ_RESP, OP_SEND = 0, 1, 2, 3
+OP_WRITE, OP_READ_REQ, OP_READ_RESP, OP_SEND, OP_SEND_INV = 0, 1, 2, 3, 4
 OP_TERMINATE = 7
 OP_NAMES = {0: "RDMA Write", 1: "Read Request", 2: "Read Response", 3: "Send",
             4: "Send with Invalidate", 5: "Send with SE",
@@ -310,18 +310,49 @@ class Conn:
 
     # -- messages
 
-    def untagged(self, op, qn, msn=None, mo=0, last=True):
+    def untagged(self, op, qn, msn=None, mo=0, last=True, inv_stag=0):
         """An untagged header taking the queue's next MSN unless msn is given."""
         if msn is None:
             msn = self.msn[qn]
             self.msn[qn] += 1
-        return untagged_hdr(op, qn, msn, mo, last=last)
+        return untagged_hdr(op, qn, msn, mo, inv_stag=inv_stag, last=last)
 
     def send(self, payload, **kw):
         """Sends one Send message in one FPDU; returns the ULPDU."""
         u = self.untagged(OP_SEND, QN_SEND, kw.pop("msn", None)) + payload
         self.send_raw(fpdu(u, **kw))
         return u
+
+    def send_inv(self, payload, inv_stag):
+        """Sends one Send with Invalidate of inv_stag in one FPDU; returns the ULPDU."""
+        u = self.untagged(OP_SEND_INV, QN_SEND, inv_stag=inv_stag) + payload
+        self.send_raw(fpdu(u))
+        return u
+
+    def read_response(self, sink_stag, sink_to, payload):
+        """Sends a one-segment RDMA Read Response; returns the ULPDU."""
+        u = tagged_hdr(OP_READ_RESP, sink_stag, sink_to) + payload
+        self.send_raw(fpdu(u))
+        return u
+
+    def skip_read_responses(self, sink_stag):
+        """Reads the Read Response segments to sink_stag that come first and
+        leaves the next other FPDU unread. Their CRCs are not checked (in
+        pure Python that is slow) and their payload is dropped. Returns how
+        many segments and octets there were."""
+        segs = octets = 0
+        while True:
+            head = self.recv_exact(2 + 14)
+            self.buf = head + self.buf
+            n = struct.unpack(">H", head[:2])[0]
+            if not head[2] & DDP_T or head[3] & 0x0F != OP_READ_RESP:
+                return segs, octets
+            stag = struct.unpack(">I", head[4:8])[0]
+            if stag != sink_stag:
+                raise Mismatch("Read Response to STag %#x, our sink is %#x" % (stag, sink_stag))
+            self.recv_exact(2 + n + (-(2 + n) % 4) + 4)
+            segs += 1
+            octets += n - TAGGED_HDR_LEN
 
     def write(self, stag, to, payload, **kw):
         u = tagged_hdr(OP_WRITE, stag, to) + payload
@@ -658,6 +689,86 @@ def case_read_bad_key(c, iova, rkey, n):
 def case_read_write_only(c, iova, rkey, n):
     """RDMA Read Request of a region registered for remote write only."""
     return c.read_request(SINK_STAG, 0, 64, rkey, iova)
+
+
+@hostile
+def case_read_invalidated(c, iova, rkey, n):
+    """RDMA Read Request under the key the server invalidated (LOCAL_INV,
+    then REG_MR under the next key)."""
+    _, new, _ = c.rotate()
+    if new == rkey:
+        raise SetupError("the rotated key is the old one: %#x" % new)
+    return c.read_request(SINK_STAG, 0, 64, rkey, iova)
+
+
+@hostile
+def case_read_response_unsolicited(c, iova, rkey, n):
+    """An RDMA Read Response although the server has no RDMA Read
+    outstanding, aimed at the server's own region (its STag and base)."""
+    return c.read_response(rkey, iova, against(SEED, 64))
+
+
+def case_read_ird_overflow(args, log):
+    """One RDMA Read Request more than the IRD the server's MPA Reply
+    announced, all sent at once, each for a whole 1 MiB region: the server
+    cannot have finished its first Read Response when the last Request
+    arrives. Read Response segments ahead of the Terminate are skipped."""
+    c = Conn(args.addr, args.port, log, rtr=args.rtr)
+    size = 1 << 20
+    iova, rkey, n = c.target(size, SEED, ACC_READ)
+    count = c.peer_ird + 1
+    if c.peer_ird >= IRD_ORD_MAX or count > 4096:
+        raise SetupError("the server's IRD %d is not a number to exceed" % c.peer_ird)
+    burst = []
+    for _ in range(count):
+        u = c.untagged(OP_READ_REQ, QN_READ) + read_req_hdr(SINK_STAG, 0, size, rkey, iova)
+        burst.append(u)
+    c.send_raw(b"".join(fpdu(u) for u in burst))
+    log("sent %d Read Requests of %d octets at once (IRD %d)" % (count, size, c.peer_ird))
+    try:
+        segs, octets = c.skip_read_responses(SINK_STAG)
+    except Closed as e:
+        raise Mismatch("the connection was closed (%s) without a Terminate" % e.how) from e
+    log("%d Read Response segments (%d octets) ahead of the Terminate" % (segs, octets))
+    if octets >= count * size:
+        raise Mismatch("every Read was answered: the IRD was not exceeded")
+    return expect_terminate(c, args.expect, burst[-1], log)
+
+
+def send_inv_case(args, log, stag_of):
+    """A zero-length Send with Invalidate into a posted data receive on
+    connection B, naming stag_of(A's rkey). A keeps its region, registered:
+    an RDMA Read of it still works. Zero-length: rsiw places a Send's payload
+    before it checks the STag to invalidate (the receive is then flushed with
+    the payload in it), which the server's audit would report."""
+    a = Conn(args.addr, args.port, lambda s: log("A " + s), rtr=args.rtr)
+    a_iova, a_rkey, n = a.target(REGION, SEED, ACC_READ | ACC_WRITE)
+    blog = lambda s: log("B " + s)  # noqa: E731
+    b = Conn(args.addr, args.port, blog, rtr=args.rtr)
+    b.target(REGION, SEED_B, ACC_READ | ACC_WRITE)
+    b.expect_recv(RECV)
+    stag = stag_of(a_rkey)
+    off = b.send_inv(b"", stag)
+    blog("sent Send with Invalidate of STag %#x" % stag)
+    verdict = expect_terminate(b, args.expect, off, blog)
+    got = a.read(SINK_STAG, 0, 64, a_rkey, a_iova)
+    if got != pattern_bytes(SEED, 0, 64):
+        raise Mismatch("A's region reads back wrong after B's Send with Invalidate")
+    a.log("read: A's STag %#x still valid" % a_rkey)
+    a.close_clean()
+    return verdict + "; A's STag still valid"
+
+
+def case_send_inv_wrong_pd(args, log):
+    """Send with Invalidate on connection B of connection A's STag (a valid
+    STag of another protection domain)."""
+    return send_inv_case(args, log, lambda k: k)
+
+
+def case_send_inv_no_stag(args, log):
+    """Send with Invalidate on connection B of an STag whose index names no
+    region."""
+    return send_inv_case(args, log, lambda k: 0xFFFFF000 | (k & 0xFF))
 
 
 @hostile

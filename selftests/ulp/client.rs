@@ -85,6 +85,9 @@ struct CmLog {
     events: KVec<Option<(CmEventKind, i32)>>,
     private_data: [u8; 64],
     private_len: usize,
+    /// The Established event's `(initiator_depth, responder_resources)`: for iWARP the IRD and
+    /// ORD this side ended up with (see `cma_iw_handler`).
+    depths: (u8, u8),
 }
 
 impl CmHandler for ClientCm {
@@ -97,6 +100,9 @@ impl CmHandler for ClientCm {
                 d.copy_from_slice(s);
             }
             log.private_len = n;
+        }
+        if event.kind == CmEventKind::Established {
+            log.depths = (event.initiator_depth, event.responder_resources);
         }
         // If this allocation fails the waiter times out, which reports the problem.
         let _ = log
@@ -117,6 +123,7 @@ impl ClientCm {
                         events: KVec::new(),
                         private_data: [0; 64],
                         private_len: 0,
+                        depths: (0, 0),
                     },
                     "ClientCm::log"
                 ),
@@ -144,6 +151,11 @@ impl ClientCm {
                 kernel::sync::CondVarTimeoutResult::Woken { jiffies } => jiffies,
             };
         }
+    }
+
+    /// The IRD and ORD the Established event reported.
+    pub(crate) fn depths(&self) -> (u8, u8) {
+        self.log.lock().depths
     }
 
     fn private_data(&self, out: &mut [u8]) -> usize {
@@ -186,6 +198,12 @@ impl Done {
 pub(crate) struct ConnOpts {
     /// Inline data to ask for.
     pub(crate) inline: u32,
+    /// Ask for the device's largest IRD and ORD (else at most 16 each).
+    pub(crate) rd_max: bool,
+    /// Send and receive queue depth (0: 256, or the device's limit if lower).
+    pub(crate) depth: u32,
+    /// How long to wait for the connection (0: [`STEP_MS`]).
+    pub(crate) wait_ms: u32,
 }
 
 /// A client connection. `id` comes first so that the QP is destroyed before the rest.
@@ -210,17 +228,26 @@ pub(crate) enum Connected {
     Up(Conn),
     /// Rejected, with the peer's private data (length, bytes).
     Rejected(usize, [u8; 64]),
+    /// Another CM event ended the attempt: its kind, status, and the milliseconds since
+    /// `rdma_connect`.
+    Failed(CmEventKind, i32, i64),
+}
+
+/// A CM id with its address and route resolved to `dst`, and its event handler.
+pub(crate) fn resolved(dst: SockAddrV4) -> TResult<(CmId<ClientCm>, Arc<ClientCm>)> {
+    let cm = ClientCm::new().at("allocating the CM handler")?;
+    let id = CmId::new(cm.clone(), OWNER).at("rdma_create_id")?;
+    id.resolve_addr(None, dst, 5000).at("rdma_resolve_addr")?;
+    expect_event(&cm, CmEventKind::AddrResolved, "address resolution")?;
+    id.resolve_route(5000).at("rdma_resolve_route")?;
+    expect_event(&cm, CmEventKind::RouteResolved, "route resolution")?;
+    Ok((id, cm))
 }
 
 impl Conn {
     /// Connects to `dst` with `private_data`.
     pub(crate) fn open(dst: SockAddrV4, opts: ConnOpts, private_data: &[u8]) -> TResult<Connected> {
-        let cm = ClientCm::new().at("allocating the CM handler")?;
-        let mut id = CmId::new(cm.clone(), OWNER).at("rdma_create_id")?;
-        id.resolve_addr(None, dst, 5000).at("rdma_resolve_addr")?;
-        expect_event(&cm, CmEventKind::AddrResolved, "address resolution")?;
-        id.resolve_route(5000).at("rdma_resolve_route")?;
-        expect_event(&cm, CmEventKind::RouteResolved, "route resolution")?;
+        let (mut id, cm) = resolved(dst)?;
         let dev = id
             .device()
             .ok_or(EINVAL)
@@ -229,9 +256,13 @@ impl Conn {
         let pd = Pd::new(dev, OWNER).at("ib_alloc_pd")?;
         let waiter = CqWaiter::new().at("allocating the CQ waiter")?;
         let cq = Cq::new(dev, 1024, 0, waiter.clone(), OWNER).at("ib_create_cq")?;
+        let depth = match opts.depth {
+            0 => 256.min(caps.max_qp_wr),
+            d => d,
+        };
         let want = QpCaps {
-            max_send_wr: 256.min(caps.max_qp_wr),
-            max_recv_wr: 256.min(caps.max_qp_wr),
+            max_send_wr: depth,
+            max_recv_wr: depth,
             max_send_sge: caps.max_send_sge.min(8),
             max_recv_sge: caps.max_recv_sge.min(8),
             max_inline_data: opts.inline,
@@ -244,16 +275,22 @@ impl Conn {
         let ctrl_tx = DmaBuf::new(&pd, MSG_LEN).at("allocating control buffers")?;
         qp.attach_buf(&ctrl_rx).at("attaching control buffers")?;
         qp.attach_buf(&ctrl_tx).at("attaching control buffers")?;
+        let rd_limit = if opts.rd_max { 255 } else { 16 };
         let param = ConnParam {
             private_data,
-            // CAST: Both are clamped to 16.
-            responder_resources: caps.max_qp_rd_atom.min(16) as u8,
-            initiator_depth: caps.max_qp_init_rd_atom.min(16) as u8,
+            // CAST: Both are clamped to at most 255.
+            responder_resources: caps.max_qp_rd_atom.min(rd_limit) as u8,
+            initiator_depth: caps.max_qp_init_rd_atom.min(rd_limit) as u8,
             retry_count: 7,
             rnr_retry_count: 7,
         };
+        let start = Ktime::ktime_get();
         id.connect(&param).at("rdma_connect")?;
-        let (kind, st) = cm.next(STEP_MS).at("waiting for the connection")?;
+        let wait = match opts.wait_ms {
+            0 => STEP_MS,
+            w => w,
+        };
+        let (kind, st) = cm.next(wait).at("waiting for the connection")?;
         match kind {
             CmEventKind::Established => {}
             CmEventKind::Rejected => {
@@ -261,13 +298,9 @@ impl Conn {
                 let n = cm.private_data(&mut pd_bytes);
                 return Ok(Connected::Rejected(n, pd_bytes));
             }
-            // CAST: Event kinds and statuses are reported as numbers.
             _ => {
-                return Err(fail(
-                    "connecting: unexpected CM event",
-                    event_code(kind),
-                    st as u64,
-                ))
+                let ms = kernel::time::ktime_ms_delta(Ktime::ktime_get(), start);
+                return Ok(Connected::Failed(kind, st, ms));
             }
         }
         Ok(Connected::Up(Conn {
@@ -290,7 +323,23 @@ impl Conn {
         match Conn::open(dst, opts, HELLO)? {
             Connected::Up(c) => Ok(c),
             Connected::Rejected(..) => Err(fail("the server rejected the connection", 0, 0)),
+            Connected::Failed(kind, st, _) => Err(unexpected(kind, st)),
         }
+    }
+
+    /// The most SGEs of a SEND or WRITE: the device's limit, within what the QP granted.
+    pub(crate) fn send_sge_max(&self) -> u32 {
+        self.caps.max_send_sge.min(self.qcaps.max_send_sge)
+    }
+
+    /// The most SGEs of a receive: the device's limit, within what the QP granted.
+    pub(crate) fn recv_sge_max(&self) -> u32 {
+        self.caps.max_recv_sge.min(self.qcaps.max_recv_sge)
+    }
+
+    /// The most SGEs of an RDMA READ's sink: the device's `max_sge_rd`.
+    pub(crate) fn read_sge_max(&self) -> u32 {
+        self.caps.max_sge_rd.min(self.qcaps.max_send_sge)
     }
 
     /// The QP.
@@ -509,7 +558,18 @@ pub(crate) fn take_first<T: Copy>(v: &mut KVec<Option<T>>, pred: impl Fn(&T) -> 
     found
 }
 
-fn event_code(k: CmEventKind) -> u64 {
+/// The failure for a connect that ended with CM event `kind` (status `st`).
+fn unexpected(kind: CmEventKind, st: i32) -> Fail {
+    // CAST: Event kinds and statuses are reported as numbers.
+    fail(
+        "connecting: unexpected CM event",
+        event_code(kind),
+        st as u64,
+    )
+}
+
+/// The number of a CM event kind (`enum rdma_cm_event_type`).
+pub(crate) fn event_code(k: CmEventKind) -> u64 {
     match k {
         CmEventKind::AddrResolved => 0,
         CmEventKind::AddrError => 1,
@@ -592,14 +652,70 @@ pub(crate) fn check_region(r: &Region, i: usize, seed: u32, len: usize) -> TResu
     }
 }
 
-/// The SGEs of slot 0 of `region` in about `parts` pieces, at most `max` (none when empty).
+/// `sge=max`: exactly as many SGEs as the device allows for the work request.
+pub(crate) const SGE_MAX: usize = usize::MAX;
+
+/// The number of SGEs `sge` asks for, with [`SGE_MAX`] resolved to `max`.
+fn sge_count(sge: usize, max: u32) -> usize {
+    if sge == SGE_MAX {
+        max as usize
+    } else {
+        sge
+    }
+}
+
+/// An SGE count as commands spell it (`max` for [`SGE_MAX`]).
+pub(crate) struct SgeArg(pub(crate) usize);
+
+impl core::fmt::Display for SgeArg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.0 == SGE_MAX {
+            f.write_str("max")
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+/// The SGEs of slot 0 of `region` in about `parts` pieces, at most `max` (none when empty);
+/// for [`SGE_MAX`] exactly `max`.
 fn data_sges(region: &Region, parts: usize, max: u32) -> TResult<KVec<Sge>> {
     if region.len == 0 {
         return Ok(KVec::new());
     }
-    region
-        .sges(0, parts, max as usize)
-        .at("too many SGEs for the device")
+    let want = sge_count(parts, max);
+    let sges = region
+        .sges(0, want, max as usize)
+        .at("too many SGEs for the device")?;
+    if parts == SGE_MAX && sges.len() != want {
+        return Err(fail(
+            "could not build the device's SGE limit (built, limit)",
+            sges.len() as u64,
+            want as u64,
+        ));
+    }
+    Ok(sges)
+}
+
+/// `[0, len)` of `mr`'s mapping in `n` nearly equal SGEs (one zero-length SGE when empty).
+fn mr_sges(mr: &FrMr, len: usize, n: usize) -> TResult<KVec<Sge>> {
+    let n = n.max(1).min(len.max(1));
+    let mut v = KVec::with_capacity(n, GFP_KERNEL).at("allocating")?;
+    let mut start = 0;
+    for k in 1..=n {
+        let end = len
+            .checked_mul(k)
+            .and_then(|x| x.checked_div(n))
+            .ok_or(EINVAL)
+            .at("splitting the sink")?;
+        v.push(
+            Sge::from_mr(mr, start, end.saturating_sub(start)).at("the sink SGE")?,
+            GFP_KERNEL,
+        )
+        .at("allocating")?;
+        start = end;
+    }
+    Ok(v)
 }
 
 /// Posts `wr` (signaled if asked) and waits for its successful completion with `opcode`.
@@ -643,13 +759,19 @@ fn send_to_server(c: &mut Conn, p: &Params, flags: SendFlags, inv: u32) -> TResu
     data.fill(0, p.seed).at("filling")?;
     let r = c.call(Msg::new(
         Kind::ExpectSend,
-        [p.size as u64, 1, p.seed.into(), p.sge as u64, inv.into()],
+        [
+            p.size as u64,
+            1,
+            p.seed.into(),
+            sge_count(p.sge, c.send_sge_max()) as u64,
+            inv.into(),
+        ],
     ))?;
     if r.kind != Kind::Ready {
         status_ok(&r, "the server could not post receives")?;
     }
     c.post_ctrl_recv()?;
-    let sges = data_sges(&data, p.sge, c.qcaps.max_send_sge)?;
+    let sges = data_sges(&data, p.sge, c.send_sge_max())?;
     let wr = if inv != 0 {
         SendWr::send_inv(WR_DATA, inv)
     } else {
@@ -668,7 +790,7 @@ fn send_to_server(c: &mut Conn, p: &Params, flags: SendFlags, inv: u32) -> TResu
 /// The server SENDs `size` bytes to us (optionally solicited, or invalidating `inv`).
 pub(crate) fn recv(c: &mut Conn, p: &Params, flags: u64, inv: u32) -> TResult {
     let data = c.region(p.size, 1)?;
-    let sges = data_sges(&data, p.sge, c.qcaps.max_recv_sge)?;
+    let sges = data_sges(&data, p.sge, c.recv_sge_max())?;
     c.qp()?
         .post_recv(&[RecvWr::new(WR_DATA)
             .sges(&sges)
@@ -681,7 +803,7 @@ pub(crate) fn recv(c: &mut Conn, p: &Params, flags: u64, inv: u32) -> TResult {
                 p.size as u64,
                 p.seed.into(),
                 flags,
-                p.sge as u64,
+                sge_count(p.sge, c.recv_sge_max()) as u64,
                 inv.into(),
             ],
         ),
@@ -720,7 +842,7 @@ pub(crate) fn write(c: &mut Conn, p: &Params, flags: SendFlags) -> TResult {
     let (iova, rkey) = c.target(p.size, 0, 2)?;
     let data = c.region(p.size, 1)?;
     data.fill(0, p.seed).at("filling")?;
-    let sges = data_sges(&data, p.sge, c.qcaps.max_send_sge)?;
+    let sges = data_sges(&data, p.sge, c.send_sge_max())?;
     let wr = SendWr::write(WR_DATA, iova, rkey)
         .sges(&sges)
         .at("building the WRITE")?
@@ -736,19 +858,28 @@ pub(crate) fn write(c: &mut Conn, p: &Params, flags: SendFlags) -> TResult {
     Ok(())
 }
 
-/// RDMA READ (or READ_WITH_INV) of a server target into a registered local sink.
+/// RDMA READ (or READ_WITH_INV) of a server target into a registered local sink, in `sge`
+/// SGEs at most the device's READ limit (`max_sge_rd`).
 pub(crate) fn read(c: &mut Conn, p: &Params, with_inv: bool) -> TResult {
     let (iova, rkey) = c.target(p.size, p.seed, 1)?;
     let sink = c.region(p.size, 1)?;
     let mr = c.register(&sink, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let sge = Sge::from_mr(&mr, 0, p.size).at("the sink SGE")?;
+    let limit = c.read_sge_max();
+    let sges = mr_sges(&mr, p.size, p.sge.min(limit as usize))?;
+    if p.sge == SGE_MAX && p.size >= limit as usize && sges.len() != limit as usize {
+        return Err(fail(
+            "could not build the device's READ SGE limit (built, limit)",
+            sges.len() as u64,
+            limit.into(),
+        ));
+    }
     let wr = if with_inv {
         SendWr::read_inv(WR_DATA, iova, rkey, mr.lkey())
     } else {
         SendWr::read(WR_DATA, iova, rkey)
     };
     c.qp()?
-        .post_send(&[wr.sge(sge).at("building the READ")?.signaled()])
+        .post_send(&[wr.sges(&sges).at("building the READ")?.signaled()])
         .at("ib_post_send (READ)")?;
     let d = c.wait_ok(WR_DATA, "the READ failed")?;
     if d.opcode != WcOpcode::RdmaRead {
@@ -996,6 +1127,7 @@ pub(crate) fn reject(p: &Params) -> TResult {
                 0,
             ))
         }
+        Connected::Failed(kind, st, _) => Err(unexpected(kind, st)),
         Connected::Rejected(n, got) => {
             let want_len = REJECTED.len() + 8;
             let ok = n >= want_len
@@ -1111,10 +1243,16 @@ pub(crate) fn teardown(p: &Params) -> TResult {
         drop(c);
     }
     // The server must still serve new connections.
-    let mut c = Conn::connect(p.dst, ConnOpts::default())?;
+    let c = Conn::connect(p.dst, ConnOpts::default())?;
+    write_then_close(c, p, 65537, 2)
+}
+
+/// A signaled WRITE of `size` bytes in `sge` SGEs (verified by the server), then an orderly
+/// close.
+fn write_then_close(mut c: Conn, p: &Params, size: usize, sge: usize) -> TResult {
     let q = Params {
-        size: 65537,
-        sge: 2,
+        size,
+        sge,
         signaled: true,
         ..*p
     };
@@ -1237,5 +1375,315 @@ pub(crate) fn bench(
         bytes: ops * size as u64,
         ops,
         ms: ms as u64,
+    })
+}
+
+/// The device attributes of the RDMA device that routes to `dst`.
+pub(crate) fn device_caps(dst: SockAddrV4) -> TResult<DeviceCaps> {
+    let (id, _cm) = resolved(dst)?;
+    let dev = id
+        .device()
+        .ok_or(EINVAL)
+        .at("the resolved id has no device")?;
+    Ok(dev.caps())
+}
+
+/// Connects and disconnects; returns the IRD and ORD of the Established event.
+pub(crate) fn connect_only(p: &Params) -> TResult<(u8, u8)> {
+    let c = Conn::connect(p.dst, ConnOpts::default())?;
+    let depths = c.cm.depths();
+    c.close()?;
+    Ok(depths)
+}
+
+/// How a connect that must fail ended.
+pub(crate) struct ConnectError {
+    /// The CM event (`enum rdma_cm_event_type`).
+    pub(crate) event: u64,
+    /// Its status (a negative errno).
+    pub(crate) status: i32,
+    /// Milliseconds from `rdma_connect` to the event.
+    pub(crate) ms: i64,
+}
+
+/// A connect to `dst`, which never answers at the TCP or at the MPA level, must end with
+/// `RDMA_CM_EVENT_CONNECT_ERROR` or `RDMA_CM_EVENT_UNREACHABLE` (not established, not rejected,
+/// and within a minute).
+pub(crate) fn connect_error(p: &Params) -> TResult<ConnectError> {
+    let opts = ConnOpts {
+        wait_ms: 60_000,
+        ..ConnOpts::default()
+    };
+    match Conn::open(p.dst, opts, HELLO)? {
+        Connected::Up(c) => {
+            let _ = c.close();
+            Err(fail("connected, but this connect must fail", 0, 0))
+        }
+        Connected::Rejected(n, _) => Err(fail(
+            "rejected (private data length), but nobody answered",
+            n as u64,
+            0,
+        )),
+        Connected::Failed(kind, status, ms)
+            if matches!(kind, CmEventKind::ConnectError | CmEventKind::Unreachable) =>
+        {
+            Ok(ConnectError {
+                event: event_code(kind),
+                status,
+                ms,
+            })
+        }
+        Connected::Failed(kind, st, _) => Err(unexpected(kind, st)),
+    }
+}
+
+/// The work request [`sge_over`] posts.
+#[derive(Clone, Copy)]
+pub(crate) enum OverOp {
+    Send,
+    Recv,
+    Write,
+    Read,
+}
+
+impl OverOp {
+    /// The op of test `sge_over_<op>`.
+    pub(crate) fn of_test(name: &str) -> Option<OverOp> {
+        Some(match name.strip_prefix("sge_over_")? {
+            "send" => OverOp::Send,
+            "recv" => OverOp::Recv,
+            "write" => OverOp::Write,
+            "read" => OverOp::Read,
+            _ => return None,
+        })
+    }
+}
+
+/// A work request with one SGE more than the device allows (`max_send_sge`, `max_recv_sge` or
+/// `max_sge_rd`) must be refused by the post with `EINVAL`, and the QP must go on working.
+/// Returns why the check could not run here, if it could not.
+pub(crate) fn sge_over(p: &Params, op: OverOp) -> TResult<Option<&'static str>> {
+    const PIECE: usize = 64;
+    let mut c = Conn::connect(p.dst, ConnOpts::default())?;
+    let limit = match op {
+        OverOp::Send | OverOp::Write => c.send_sge_max(),
+        OverOp::Recv => c.recv_sge_max(),
+        OverOp::Read => c.read_sge_max(),
+    } as usize;
+    let n = limit + 1;
+    if n > kernel::rdma::consumer::qp::MAX_SGE {
+        c.close()?;
+        return Ok(Some(
+            "the device allows 8 SGEs, as many as kernel::rdma::consumer builds (MAX_SGE)",
+        ));
+    }
+    let data = c.region(n * PIECE, 1)?;
+    data.fill(0, p.seed).at("filling")?;
+    let posted = match op {
+        OverOp::Send | OverOp::Write => {
+            let sges = data.sges(0, n, n).at("SGEs")?;
+            let wr = if let OverOp::Write = op {
+                let (iova, rkey) = c.target(n * PIECE, 0, 2)?;
+                SendWr::write(WR_DATA, iova, rkey)
+            } else {
+                SendWr::send(WR_DATA)
+            };
+            let wr = wr.sges(&sges).at("building the work request")?.signaled();
+            (sges.len(), c.qp()?.post_send(&[wr]))
+        }
+        OverOp::Recv => {
+            let sges = data.sges(0, n, n).at("SGEs")?;
+            let wr = RecvWr::new(WR_DATA)
+                .sges(&sges)
+                .at("building the receive")?;
+            (sges.len(), c.qp()?.post_recv(&[wr]))
+        }
+        OverOp::Read => {
+            let (iova, rkey) = c.target(n * PIECE, p.seed, 1)?;
+            let mr = c.register(&data, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+            let sges = mr_sges(&mr, n * PIECE, n)?;
+            let wr = SendWr::read(WR_DATA, iova, rkey)
+                .sges(&sges)
+                .at("building the READ")?
+                .signaled();
+            (sges.len(), c.qp()?.post_send(&[wr]))
+        }
+    };
+    match posted {
+        (built, _) if built != n => Err(fail(
+            "could not build limit + 1 SGEs (built, wanted)",
+            built as u64,
+            n as u64,
+        )),
+        (_, Ok(())) => Err(fail(
+            "a work request with more SGEs than the device allows was posted (SGEs, limit)",
+            n as u64,
+            limit as u64,
+        )),
+        (_, Err(e)) if e.error != EINVAL => Err(Fail {
+            what: "the post failed, but not with EINVAL (SGEs, limit)",
+            a: n as u64,
+            b: limit as u64,
+            err: e.error,
+        }),
+        (_, Err(_)) => {
+            // The refused request left the QP working.
+            write_then_close(c, p, 4096, 1).map(|()| None)
+        }
+    }
+}
+
+/// What [`rd_max`] did.
+pub(crate) struct RdMax {
+    /// RDMA READs posted at once.
+    pub(crate) reads: usize,
+    /// The IRD and ORD of the Established event.
+    pub(crate) ird: u8,
+    pub(crate) ord: u8,
+}
+
+/// Connects asking for the device's largest IRD and ORD, then posts as many RDMA READs as the
+/// ORD at once (one `ib_post_send`); all must complete and bring the right data.
+pub(crate) fn rd_max(p: &Params) -> TResult<RdMax> {
+    const PIECE: usize = 256;
+    let opts = ConnOpts {
+        rd_max: true,
+        ..ConnOpts::default()
+    };
+    let mut c = Conn::connect(p.dst, opts)?;
+    let (ird, ord) = c.cm.depths();
+    let want = c.caps.max_qp_init_rd_atom.min(255);
+    if u32::from(ord) != want {
+        return Err(fail(
+            "the connection did not get the device's largest ORD (got, device)",
+            ord.into(),
+            want.into(),
+        ));
+    }
+    let n = usize::from(ord);
+    if n > c.qcaps.max_send_wr as usize {
+        return Err(fail(
+            "the send queue is shorter than the ORD (depth, ORD)",
+            c.qcaps.max_send_wr.into(),
+            n as u64,
+        ));
+    }
+    let (iova, rkey) = c.target(n * PIECE, p.seed, 1)?;
+    let sink = c.region(n * PIECE, 1)?;
+    let mr = c.register(&sink, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let mut wrs = KVec::with_capacity(n, GFP_KERNEL).at("allocating")?;
+    for i in 0..n {
+        let sge = Sge::from_mr(&mr, i * PIECE, PIECE).at("the sink SGE")?;
+        let wr = SendWr::read(WR_DATA + i as u64, iova + (i * PIECE) as u64, rkey)
+            .sge(sge)
+            .at("building a READ")?
+            .signaled();
+        wrs.push(wr, GFP_KERNEL).at("allocating")?;
+    }
+    c.qp()?.post_send(&wrs).map_err(|e| Fail {
+        what: "ib_post_send (READs up to the ORD) (index, ORD)",
+        a: e.index as u64,
+        b: n as u64,
+        err: e.error,
+    })?;
+    for i in 0..n {
+        let d = c.wait_ok(WR_DATA + i as u64, "a READ failed")?;
+        if d.opcode != WcOpcode::RdmaRead {
+            return Err(fail("a READ completed with the wrong opcode", i as u64, 0));
+        }
+    }
+    check_region(&sink, 0, p.seed, n * PIECE)?;
+    c.local_inv(mr.lkey())?;
+    c.close()?;
+    Ok(RdMax { reads: n, ird, ord })
+}
+
+/// What [`qp_max_wr`] found.
+pub(crate) struct MaxWr {
+    /// The device's `max_qp_wr`.
+    pub(crate) max: u32,
+    /// The errors of creating a QP one deeper (send queue, receive queue).
+    pub(crate) send_err: i32,
+    pub(crate) recv_err: i32,
+}
+
+/// A QP of the device's `max_qp_wr` send and receive depth is created and works (a WRITE and a
+/// SEND); one a work request deeper (send or receive queue) is refused with an errno.
+pub(crate) fn qp_max_wr(p: &Params) -> TResult<MaxWr> {
+    let (mut id, _cm) = resolved(p.dst)?;
+    let dev = id
+        .device()
+        .ok_or(EINVAL)
+        .at("the resolved id has no device")?;
+    let caps = dev.caps();
+    let max = caps.max_qp_wr;
+    let pd = Pd::new(dev, OWNER).at("ib_alloc_pd")?;
+    let waiter = CqWaiter::new().at("allocating the CQ waiter")?;
+    let cq = Cq::new(dev, 64, 0, waiter, OWNER).at("ib_create_cq")?;
+    let base = QpCaps {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let over = max.checked_add(1).ok_or(EINVAL).at("max_qp_wr + 1")?;
+    let mut errs = [0i32; 2];
+    for (i, want) in [
+        QpCaps {
+            max_send_wr: over,
+            ..base
+        },
+        QpCaps {
+            max_recv_wr: over,
+            ..base
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        match id.create_qp(&pd, &cq, &cq, want, false) {
+            Ok(_) => {
+                return Err(fail(
+                    "a QP deeper than max_qp_wr was created (queue 0 send 1 receive, depth)",
+                    i as u64,
+                    over.into(),
+                ))
+            }
+            Err(e) => {
+                if let Some(slot) = errs.get_mut(i) {
+                    *slot = e.to_errno();
+                }
+            }
+        }
+    }
+    drop(id);
+    drop(cq);
+    drop(pd);
+    let opts = ConnOpts {
+        depth: max,
+        ..ConnOpts::default()
+    };
+    let mut c = Conn::connect(p.dst, opts)?;
+    if c.qcaps.max_send_wr < max || c.qcaps.max_recv_wr < max {
+        return Err(fail(
+            "the QP got less than max_qp_wr (send, receive depth)",
+            c.qcaps.max_send_wr.into(),
+            c.qcaps.max_recv_wr.into(),
+        ));
+    }
+    let q = Params {
+        size: 4096,
+        sge: 1,
+        signaled: true,
+        ..*p
+    };
+    write(&mut c, &q, SendFlags::default())?;
+    send(&mut c, &q, SendFlags::default())?;
+    c.close()?;
+    Ok(MaxWr {
+        max,
+        send_err: errs[0],
+        recv_err: errs[1],
     })
 }

@@ -95,7 +95,8 @@ impl Region {
 
     /// SGEs for slot `i`'s data, in about `parts` pieces, at most `max` of them.
     pub(crate) fn sges(&self, i: usize, parts: usize, max: usize) -> Result<KVec<Sge>> {
-        let mut parts = parts.max(1);
+        // More parts than `max` always give more than `max` SGEs.
+        let mut parts = parts.clamp(1, max.max(1));
         loop {
             let s = Sge::list(&self.buf, self.data_off(i), self.len, parts)?;
             if s.len() <= max {

@@ -10,6 +10,8 @@
 //! echo "server addr=198.18.0.1 port=20887 srq=1" > ctl   # connections share an SRQ
 //! echo "client addr=198.18.0.1 port=20886 test=all" > /sys/kernel/debug/rsiw_ulp/ctl
 //! echo "client addr=198.18.0.1 port=20886 test=write size=65537 sge=6 qps=64 signaled=0" > ctl
+//! echo "client addr=198.18.0.1 port=20886 test=send size=65537 sge=max" > ctl  # device's limit
+//! echo "caps addr=198.18.0.1" > ctl        # logs the device's limits ("caps ..." line)
 //! echo "bench addr=198.18.0.1 port=20886 op=write size=65536 secs=5" > ctl
 //! echo "stop" > ctl; echo "clear" > ctl
 //! cat /sys/kernel/debug/rsiw_ulp/result    # "ok N - ..." / "not ok N - ... # why", bench lines
@@ -27,7 +29,7 @@ mod region;
 mod server;
 mod srq;
 
-use client::{BenchOp, Conn, ConnOpts, Fail, Params, TResult};
+use client::{BenchOp, Conn, ConnOpts, Fail, OverOp, Params, SgeArg, TResult, SGE_MAX};
 use core::fmt::Write;
 use kernel::{
     c_str,
@@ -272,6 +274,7 @@ impl<'a> Command<'a> {
                 "test" => c.test = v,
                 "op" => c.op = v,
                 "size" => c.size = Some(parse_num(v)?),
+                "sge" if v == "max" => c.sge = Some(SGE_MAX),
                 "sge" => c.sge = Some(parse_num(v)?),
                 "qps" => c.qps = parse_num(v)?,
                 "signaled" => c.signaled = Some(parse_num::<u8>(v)? != 0),
@@ -322,6 +325,7 @@ impl Ulp {
                 }
             }
             "bench" => self.bench(c.addr.ok_or(EINVAL)?, &c),
+            "caps" => self.caps(c.addr.ok_or(EINVAL)?),
             _ => Err(EINVAL),
         }
     }
@@ -351,7 +355,10 @@ impl Ulp {
             "unsignaled" => simple(&|c| client::unsignaled(c, p)),
             "local_inv" => simple(&|c| client::local_inv(c)),
             "inline" => {
-                let mut conn = Conn::connect(p.dst, ConnOpts { inline: 64 })?;
+                let mut conn = Conn::connect(p.dst, ConnOpts {
+                    inline: 64,
+                    ..Default::default()
+                })?;
                 client::inline(&mut conn, p)?;
                 conn.close()
             }
@@ -372,12 +379,68 @@ impl Ulp {
                 ));
             }),
             "teardown" => client::teardown(p),
+            "connect" => client::connect_only(p).map(|(ird, ord)| {
+                self.log(format_args!(
+                    "# connect: established, IRD {ird} ORD {ord}\n"
+                ));
+            }),
+            "connect_error" => client::connect_error(p).map(|e| {
+                self.log(format_args!(
+                    "# connect_error: event={} status={} ms={}\n",
+                    e.event, e.status, e.ms
+                ));
+            }),
+            "rd_max" => client::rd_max(p).map(|r| {
+                self.log(format_args!(
+                    "# rd_max: IRD {} ORD {}, {} READs posted at once\n",
+                    r.ird, r.ord, r.reads
+                ));
+            }),
+            "qp_max_wr" => client::qp_max_wr(p).map(|m| {
+                self.log(format_args!(
+                    "# qp_max_wr: depth {} works; {} refused: send queue error {}, receive queue error {}\n",
+                    m.max,
+                    u64::from(m.max) + 1,
+                    m.send_err,
+                    m.recv_err
+                ));
+            }),
             _ => Err(Fail {
                 what: "unknown test",
                 a: 0,
                 b: 0,
                 err: EINVAL,
             }),
+        }
+    }
+
+    /// Records a test that could not run here (a TAP skip).
+    fn record_skip(&self, desc: core::fmt::Arguments<'_>, why: &str) {
+        let mut g = self.log.lock();
+        g.1 += 1;
+        let n = g.1;
+        let _ = writeln!(Text(&mut g.0), "ok {n} - {desc} # SKIP {why}");
+    }
+
+    /// Logs the limits of the device that routes to `dst` as a `caps` line.
+    fn caps(&self, dst: SockAddrV4) -> Result {
+        match client::device_caps(dst) {
+            Ok(d) => {
+                self.log(format_args!(
+                    "caps max_send_sge={} max_recv_sge={} max_sge_rd={} max_qp_wr={} max_qp_rd_atom={} max_qp_init_rd_atom={}\n",
+                    d.max_send_sge,
+                    d.max_recv_sge,
+                    d.max_sge_rd,
+                    d.max_qp_wr,
+                    d.max_qp_rd_atom,
+                    d.max_qp_init_rd_atom
+                ));
+                Ok(())
+            }
+            Err(f) => {
+                self.record(format_args!("caps"), &Err(f));
+                Err(EIO)
+            }
         }
     }
 
@@ -392,21 +455,32 @@ impl Ulp {
             seed: c.seed,
         };
         let mut run = |name: &str, p: Params, qps: usize| {
+            macro_rules! desc {
+                () => {
+                    format_args!(
+                        "{name} size={} sge={} qps={qps} signaled={}",
+                        p.size,
+                        SgeArg(p.sge),
+                        p.signaled as u8
+                    )
+                };
+            }
+            if let Some(op) = OverOp::of_test(name) {
+                match client::sge_over(&p, op) {
+                    Ok(Some(why)) => self.record_skip(desc!(), why),
+                    r => ok &= self.record(desc!(), &r.map(|_| ())),
+                }
+                return;
+            }
             let r = self.one(name, &p, qps);
-            ok &= self.record(
-                format_args!(
-                    "{name} size={} sge={} qps={qps} signaled={}",
-                    p.size, p.sge, p.signaled as u8
-                ),
-                &r,
-            );
+            ok &= self.record(desc!(), &r);
         };
         let sized = [
             "send", "recv", "write", "read", "read_inv", "send_inv", "recv_inv",
         ];
         if c.test == "all" {
-            // Max SGEs the device allows, for the multi-SGE variants.
-            let max_sge = 6;
+            // The multi-SGE variants use as many SGEs as the device allows.
+            let max_sge = SGE_MAX;
             let sizes: &[usize] = match c.size {
                 Some(_) => core::slice::from_ref(&base.size),
                 None => &SIZES,

@@ -19,8 +19,8 @@
 //!   `IB_EVENT_QP_LAST_WQE_REACHED`, up to 60 s) for a QP in error and for one in RTS.
 
 use crate::client::{
-    check_region, expect_event, fail, status_ok, take_first, ClientCm, Conn, ConnOpts, Ctx, Done,
-    Fail, Params, TResult, STEP_MS,
+    check_region, expect_event, fail, resolved, status_ok, take_first, ClientCm, Conn, ConnOpts,
+    Ctx, Done, Fail, Params, TResult, STEP_MS,
 };
 use crate::proto::{Kind, Msg, HELLO, MSG_LEN};
 use crate::region::Region;
@@ -29,7 +29,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     prelude::*,
     rdma::consumer::{
-        cm::{CmEventKind, CmId, ConnParam, SockAddrV4},
+        cm::{CmEventKind, CmId, ConnParam},
         cq::{Cq, CqHandler, CqWaiter},
         mem::{DmaBuf, Pd},
         qp::{Qp, QpCaps, SendWr, Sge, Wc, WcOpcode, WcStatus},
@@ -213,17 +213,6 @@ impl Fixture {
             Err(e) => Err(e).at("waiting for an SRQ event"),
         }
     }
-}
-
-/// Resolves a CM id to `dst`, which binds it to the device.
-fn resolve(dst: SockAddrV4) -> TResult<(CmId<ClientCm>, Arc<ClientCm>)> {
-    let cm = ClientCm::new().at("allocating the CM handler")?;
-    let id = CmId::new(cm.clone(), OWNER).at("rdma_create_id")?;
-    id.resolve_addr(None, dst, 5000).at("rdma_resolve_addr")?;
-    expect_event(&cm, CmEventKind::AddrResolved, "address resolution")?;
-    id.resolve_route(5000).at("rdma_resolve_route")?;
-    expect_event(&cm, CmEventKind::RouteResolved, "route resolution")?;
-    Ok((id, cm))
 }
 
 /// A connection whose QP takes its receives from the fixture's SRQ, with one direct CQ.
@@ -441,7 +430,7 @@ impl Fail {
 /// limit remain, and re-armed.
 pub(crate) fn srq_limit(p: &Params) -> TResult {
     let len = p.size.min(SLOT_MAX);
-    let (id, cm) = resolve(p.dst)?;
+    let (id, cm) = resolved(p.dst)?;
     let dev = id.device().ok_or(EINVAL).at("the id has no device")?;
     let fx = Fixture::new(dev, len)?;
     let granted = fx.srq.caps();
@@ -549,7 +538,7 @@ pub(crate) struct DrainTimes {
 /// A QP's error leaves the SRQ's work requests queued; `ib_drain_qp` returns promptly.
 pub(crate) fn srq_drain(p: &Params) -> TResult<DrainTimes> {
     let len = p.size.min(SLOT_MAX);
-    let (id, cm) = resolve(p.dst)?;
+    let (id, cm) = resolved(p.dst)?;
     let dev = id.device().ok_or(EINVAL).at("the id has no device")?;
     let fx = Fixture::new(dev, len)?;
     for i in 0..DEPTH {
@@ -567,7 +556,7 @@ pub(crate) fn srq_drain(p: &Params) -> TResult<DrainTimes> {
     let error_ms = a.drain()?;
     drop(a);
     // The next QP on the SRQ receives into the work requests queued before, in order.
-    let (id, cm) = resolve(p.dst)?;
+    let (id, cm) = resolved(p.dst)?;
     let mut b = SrqConn::connect(id, cm, &fx)?;
     b.send_me(&fx, 2, len, p.seed.wrapping_add(1))?;
     b.send_me(&fx, 4, len, p.seed.wrapping_add(2))?;

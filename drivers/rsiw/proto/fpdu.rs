@@ -52,6 +52,11 @@ pub const CRC_LEN: usize = 4;
 pub const MULPDU_MIN: u16 = 128;
 /// Largest ULPDU a sender may post (RFC 5044 §3).
 pub const MULPDU_MAX: u16 = 64768;
+/// Most TCP payload one FPDU may fill with large FPDUs: 64 KiB, a multiple
+/// of 8. [`mulpdu`] of it is [`MULPDU_MAX`], so such FPDUs, Markers, PAD and
+/// CRC included, stay within 64 KiB and their ULPDU_Length within what any
+/// receiver takes (16 bits; the C siw and rsiw place up to 65535 octets).
+pub const LARGE_FPDU_MAX: u32 = 64 * 1024;
 /// Longest ULPDU header the core builds or collects: an untagged DDP header
 /// plus the longest Terminate body.
 pub const ULPDU_HDR_MAX: usize = UNTAGGED_HDR_LEN + TERM_MAX_LEN;
@@ -78,6 +83,19 @@ pub fn mulpdu(emss: u32, markers: bool) -> u16 {
         .saturating_sub(overhead)
         .clamp(u32::from(MULPDU_MIN), u32::from(MULPDU_MAX));
     u16::try_from(v).unwrap_or(MULPDU_MAX)
+}
+
+/// The TCP payload one FPDU may fill (the EMSS for [`mulpdu`]), from the
+/// socket's current MSS and GSO segment count: one MSS, or with `large`
+/// FPDUs negotiated a whole GSO packet (`mss * gso_segs`), at most
+/// [`LARGE_FPDU_MAX`] and rounded down to a multiple of 8 as the C siw does
+/// (loopback may report odd sizes); never less than one MSS.
+pub fn tx_budget(mss: u32, gso_segs: u16, large: bool) -> u32 {
+    if !large {
+        return mss;
+    }
+    let gso = mss.saturating_mul(u32::from(gso_segs)).min(LARGE_FPDU_MAX) & !7;
+    gso.max(mss)
 }
 
 fn marker_due(markers: bool, off: u32) -> bool {
@@ -271,6 +289,22 @@ impl Segmenter {
     /// Payload octets already assigned to FPDUs.
     pub const fn payload_done(&self) -> u32 {
         self.done
+    }
+
+    /// The MULPDU in force.
+    pub const fn mulpdu(&self) -> u16 {
+        self.mulpdu
+    }
+
+    /// Changes the MULPDU for the FPDUs not yet produced (DDP lets every
+    /// segment of a message have its own length), e.g. after the MSS
+    /// changed. Refuses values outside 128..=64768 and keeps the old one.
+    pub fn set_mulpdu(&mut self, mulpdu: u16) -> Result<(), TxError> {
+        if !(MULPDU_MIN..=MULPDU_MAX).contains(&mulpdu) {
+            return Err(TxError::BadMulpdu(mulpdu));
+        }
+        self.mulpdu = mulpdu;
+        Ok(())
     }
 
     /// Writes the ULPDU header of the next segment to the start of `out`.

@@ -3,10 +3,17 @@
 //! MPA startup frames: the Request and Reply of RFC 5044 §7.1.1 and the
 //! enhanced connection data of RFC 6581 §9.
 //!
-//! Layout: 16-octet Key | flags octet (M, C, R, S, 4 Res bits) | Rev |
+//! Layout: 16-octet Key | flags octet (M, C, R, S, G, 3 Res bits) | Rev |
 //! PD_Length (BE16) | Private Data. With S=1 the Private Data starts with
 //! four octets of enhanced data: A, B and a 14-bit IRD, then C, D and a
 //! 14-bit ORD, both big endian.
+//!
+//! G (our name) is not in the RFCs: it is the first of RFC 5044's four Res bits (RFC
+//! 6581 took the one before it for S), which the Linux C siw uses as
+//! `MPA_RR_FLAG_GSO_EXP` (`cpu_to_be16(0x0800)` over the flags and Rev
+//! octets, so 0x08 in the flags octet): "the sender of this frame accepts
+//! FPDUs larger than one MSS". Peers that follow the RFCs send it as 0 and
+//! ignore it.
 
 use super::wire::{be16, put};
 
@@ -33,7 +40,9 @@ const FLAG_M: u8 = 0x80;
 const FLAG_C: u8 = 0x40;
 const FLAG_R: u8 = 0x20;
 const FLAG_S: u8 = 0x10;
-const RES_MASK: u8 = 0x0f;
+/// The C siw's `MPA_RR_FLAG_GSO_EXP`: the first Res bit after S.
+const FLAG_G: u8 = 0x08;
+const RES_MASK: u8 = 0x07;
 const ENH_HI: u16 = 0x8000;
 const ENH_LO: u16 = 0x4000;
 
@@ -92,7 +101,10 @@ pub struct MpaHeader {
     pub reject: bool,
     /// S: Private Data starts with enhanced data (RFC 6581).
     pub enhanced: bool,
-    /// The four remaining Res bits (sent 0, never checked).
+    /// G (non-standard, the C siw's `MPA_RR_FLAG_GSO_EXP`): the frame's
+    /// sender accepts FPDUs larger than one MSS.
+    pub large_fpdu: bool,
+    /// The three remaining Res bits (sent 0, never checked).
     pub res: u8,
     /// Revision.
     pub rev: u8,
@@ -128,6 +140,7 @@ impl MpaHeader {
             crc: flags & FLAG_C != 0,
             reject: flags & FLAG_R != 0,
             enhanced: flags & FLAG_S != 0,
+            large_fpdu: flags & FLAG_G != 0,
             res: flags & RES_MASK,
             rev,
             pd_len,
@@ -144,6 +157,7 @@ impl MpaHeader {
             | (if self.crc { FLAG_C } else { 0 })
             | (if r { FLAG_R } else { 0 })
             | (if self.enhanced { FLAG_S } else { 0 })
+            | (if self.large_fpdu { FLAG_G } else { 0 })
             | (self.res & RES_MASK);
         let _ = put(&mut b, 16, &[flags, self.rev]);
         let _ = put(&mut b, 18, &self.pd_len.to_be_bytes());

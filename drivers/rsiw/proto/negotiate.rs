@@ -26,6 +26,12 @@
 //!   supports, or offers all it supports if none match; the initiator picks
 //!   Write, then Read (if the responder's IRD allows), then Send, and fails
 //!   with Terminate 2/0/0x07 if none matches.
+//! - Large FPDUs (not in the RFCs; the C siw's `MPA_RR_FLAG_GSO_EXP`, see
+//!   [`super::mpa`]): the initiator proposes them with G=1 in its Request;
+//!   the responder answers G=1 only if the Request had it and its policy
+//!   wants them too. Both ends then may send FPDUs up to the TCP GSO size
+//!   instead of one MSS ([`super::fpdu::tx_budget`]). A G=1 Reply to a G=0
+//!   Request is ignored.
 
 use super::error::{MpaCode, TermError};
 use super::fpdu::SegmentInfo;
@@ -56,6 +62,9 @@ pub struct MpaPolicy {
     pub p2p: bool,
     /// RTR types we can send (initiator) or accept (responder).
     pub rtr: RtrSet,
+    /// Propose (initiator) or agree to (responder) FPDUs larger than one
+    /// MSS, with the non-standard G bit. Off by default.
+    pub large_fpdu: bool,
 }
 
 impl Default for MpaPolicy {
@@ -74,6 +83,7 @@ impl Default for MpaPolicy {
                 write: true,
                 read: true,
             },
+            large_fpdu: false,
         }
     }
 }
@@ -104,6 +114,9 @@ pub struct Negotiated {
     /// Responder: the RTR types the first inbound FPDU may be; empty when no
     /// RTR is expected (the first FPDU is then ordinary traffic).
     pub rtr_accept: RtrSet,
+    /// Both frames had G=1: we may send FPDUs up to the TCP GSO size, not
+    /// just one MSS (the peer accepts them).
+    pub large_fpdu: bool,
 }
 
 /// Why negotiation failed, and what the driver must do about it.
@@ -213,6 +226,7 @@ impl Initiator {
             crc: p.crc,
             reject: false,
             enhanced: p.enhanced,
+            large_fpdu: p.large_fpdu,
             res: 0,
             rev: p.rev,
             pd_len: 0,
@@ -304,6 +318,7 @@ impl Initiator {
             peer_ord: IRD_ORD_MAX,
             rtr_send: None,
             rtr_accept: RtrSet::NONE,
+            large_fpdu: p.large_fpdu && h.large_fpdu,
         };
         if let Some(e) = enh {
             n.peer_ird = e.ird;
@@ -469,6 +484,7 @@ impl Responder {
             crc: self.policy.crc,
             reject,
             enhanced: req.enhanced,
+            large_fpdu: !reject && req.large_fpdu && self.policy.large_fpdu,
             res: 0,
             rev: req.rev.min(self.policy.rev),
             pd_len: 0,
@@ -547,6 +563,7 @@ impl Responder {
             peer_ord: req_enh.map_or(IRD_ORD_MAX, |e| e.ord),
             rtr_send: None,
             rtr_accept: enh.map_or(RtrSet::NONE, |e| e.rtr),
+            large_fpdu: hdr.large_fpdu,
         };
         self.state = RState::Done;
         Ok((frame, n))

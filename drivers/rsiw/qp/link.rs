@@ -19,9 +19,11 @@
 //!   to ERROR and sends the `iw_cm` events.
 //! - [`Negotiated`] says what the data path must do on the wire: CRC in both directions when
 //!   `crc`, Markers on transmit when `markers_tx` and expected on receive when `markers_rx`,
-//!   the ORD and IRD in force, and for the peer-to-peer model: the initiator sends `rtr_send` as
-//!   its first FPDU, the responder checks the first inbound FPDU against `rtr_accept` (see
-//!   [`crate::proto::negotiate::check_first_fpdu`]) before it transmits anything.
+//!   the ORD and IRD in force, whether FPDUs may be larger than one MSS (`large_fpdu`: up to
+//!   one GSO packet, see [`crate::proto::fpdu::tx_budget`]), and for the peer-to-peer model:
+//!   the initiator sends `rtr_send` as its first FPDU, the responder checks the first inbound
+//!   FPDU against `rtr_accept` (see [`crate::proto::negotiate::check_first_fpdu`]) before it
+//!   transmits anything.
 
 #![deny(unsafe_code)]
 

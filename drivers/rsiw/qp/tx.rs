@@ -19,6 +19,11 @@
 //! Responses the peer is owed (oldest first), then the send queue in order. A Read Request
 //! waits for a free ORD slot, a fenced work request for every outstanding Read to complete,
 //! and a responder that expects an RTR sends nothing until it arrived.
+//!
+//! FPDU size: every round reads the socket's current MSS (and GSO segment count) again, so
+//! FPDUs follow MSS changes, even within a message. Each FPDU fills at most one MSS; with large
+//! FPDUs negotiated (the C siw's GSO bit, [`Negotiated::large_fpdu`]) up to one GSO packet,
+//! at most 64 KiB ([`tx_budget`]). With Markers the MULPDU leaves room for them.
 
 #![deny(unsafe_code)]
 
@@ -29,7 +34,7 @@ use crate::{
     mem,
     proto::{
         ddp::DdpTx,
-        fpdu::{mulpdu, FpduTx, Segmenter, TxOp, TxPiece, TxStream, MULPDU_MAX},
+        fpdu::{mulpdu, tx_budget, FpduTx, Segmenter, TxOp, TxPiece, TxStream, MULPDU_MAX},
         mpa::RtrType,
         negotiate::Negotiated,
         rdmap::{ReadRequest, Terminate, QN_READ_REQUEST, QN_SEND, QN_TERMINATE},
@@ -214,7 +219,12 @@ struct Job {
 pub(crate) struct TxState {
     stream: TxStream,
     ddp: DdpTx,
+    /// The MULPDU of new FPDUs, from `mss` (and the GSO segment count with `large_fpdu`).
     mulpdu: u16,
+    /// The socket's MSS when `mulpdu` was computed.
+    mss: u32,
+    /// FPDUs may fill a GSO packet, not just one MSS.
+    large_fpdu: bool,
     job: Option<Job>,
     /// Initiator: the RTR still to send.
     rtr: Option<RtrType>,
@@ -226,13 +236,32 @@ impl TxState {
     /// The state at the start of Full Operation, FPDUs sized for `mss`.
     pub(crate) fn new(n: &Negotiated, role: link::Role, mss: u32) -> Self {
         let initiator = role == link::Role::Initiator;
-        Self {
+        let mut tx = Self {
             stream: TxStream::new(n.markers_tx, n.crc),
             ddp: DdpTx::new(),
-            mulpdu: mulpdu(mss, n.markers_tx),
+            mulpdu: 0,
+            mss: 0,
+            large_fpdu: n.large_fpdu,
             job: None,
             rtr: if initiator { n.rtr_send } else { None },
             await_rtr: !initiator && !n.rtr_accept.is_empty(),
+        };
+        // No GSO segment count before the first send: one MSS at first.
+        tx.resize(mss, 0);
+        tx
+    }
+
+    /// Sizes the FPDUs still to be built, the message in progress included, for the socket's
+    /// current `mss` and `gso_segs`.
+    fn resize(&mut self, mss: u32, gso_segs: u16) {
+        self.mss = mss;
+        self.mulpdu = mulpdu(
+            tx_budget(mss, gso_segs, self.large_fpdu),
+            self.stream.markers(),
+        );
+        if let Some(job) = self.job.as_mut() {
+            // `mulpdu` is always within the range the segmenter takes.
+            let _ = job.seg.set_mulpdu(self.mulpdu);
         }
     }
 }
@@ -337,6 +366,9 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
         (Some(l), QpState::Rts) => l.socket.clone(),
         _ => return Round::Idle,
     };
+    if let Some(s) = inner.sess.as_mut() {
+        s.tx.resize(sock.mss(), sock.gso_segs());
+    }
     loop {
         let Some(sess) = inner.sess.as_mut() else {
             return Round::Idle;
@@ -664,6 +696,7 @@ fn emit(
             job.seg = saved_seg;
             return Err(e);
         }
+        crate::knobs::count_fpdu(f.wire_len(), tx.mss);
     }
     Ok(true)
 }

@@ -252,6 +252,7 @@ fn mpa_frames_from_checklist() {
         crc: true,
         reject: false,
         enhanced: false,
+        large_fpdu: false,
         res: 0,
         rev: 1,
         pd_len: 0,

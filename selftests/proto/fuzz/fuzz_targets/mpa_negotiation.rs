@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Fuzzes MPA startup: a policy chosen from the input, then arbitrary
 //! octets fed in arbitrary chunks to a responder and an initiator. Neither
-//! may panic or consume octets it was not given.
+//! may panic or consume octets it was not given, and large FPDUs are only
+//! agreed when both frames carry the G bit and the policy wants them.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -27,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
             write: h[1] & 64 != 0,
             read: h[1] & 128 != 0,
         },
+        large_fpdu: h[0] & 4 != 0,
     };
     let chunk = usize::from(h[5]).max(1);
     let mut r = Responder::new(&p);
@@ -35,7 +37,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(s.consumed <= c.len());
         if s.event == MpaEvent::RequestReceived {
             if h[5] & 1 == 0 {
-                let _ = r.accept(&body[..body.len().min(600)]);
+                if let Ok((f, n)) = r.accept(&body[..body.len().min(600)]) {
+                    let asked = r.request().is_some_and(|q| q.large_fpdu);
+                    assert_eq!(n.large_fpdu, asked && p.large_fpdu);
+                    assert_eq!(f.as_bytes()[16] & 0x08 != 0, n.large_fpdu);
+                }
             } else {
                 let _ = r.reject(&[1, 2, 3]);
             }
@@ -44,9 +50,14 @@ fuzz_target!(|data: &[u8]| {
     let _ = r.on_timeout();
     if let Ok((mut i, f)) = Initiator::new(&p, &body[..body.len().min(520)]) {
         assert!(f.as_bytes().len() <= 532);
+        assert_eq!(f.as_bytes()[16] & 0x08 != 0, p.large_fpdu);
         for c in body.chunks(chunk) {
             let s = i.on_data(c);
             assert!(s.consumed <= c.len());
+            if let MpaEvent::Established(n) = s.event {
+                let offered = i.reply().is_some_and(|q| q.large_fpdu);
+                assert_eq!(n.large_fpdu, offered && p.large_fpdu);
+            }
         }
         let _ = i.on_timeout();
         let _ = i.peer_private_data();

@@ -1,0 +1,335 @@
+#!/usr/bin/env bash
+# Removing the RDMA device while kernel ULPs move data over it, in this VM.
+# NVMe-oF (nvmet-rdma target and nvme-rdma host on 198.18.0.1, a dummy netdev
+# with the device on it, a null_blk namespace) with fio writing 64 KiB blocks
+# at queue depth 16: first `rdma link delete`, then `rmmod` of the driver.
+# Then NFS over RDMA (knfsd on rdma port 20049 and an NFSv3 proto=rdma
+# mount) with fio writing through it, and `rdma link delete`. Each removal must
+# return within REMOVAL_MAX seconds, with the ULPs letting go of the device:
+# the NVMe host deletes its controller and fio fails with an I/O error instead
+# of hanging; the NFS writer ends or can be killed, the mount can be forced
+# off and knfsd stops. Nothing of the device may stay behind (rdma res, CM
+# ids, the connections' TCP sockets), and rsiw logs the removal with nothing
+# still counted. After each removal the device is added again and a new NVMe
+# connection writes and verifies data.
+# timeout: 900
+# Functions run through tap_check and wait_for look unreachable to shellcheck:
+# shellcheck disable=SC2317
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require rdma nvme fio ss mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs
+# shellcheck source=ulp-setup.sh
+. "$(dirname "$0")/ulp-setup.sh"
+
+dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:23 ip=198.18.0.1 svcid=$NVME_RDMA_PORT
+nqn=nqn.2014-08.org.rsiw:selftest-removal
+# How long a removal may take, and a writer may go on after it.
+REMOVAL_MAX=${REMOVAL_MAX:-60}
+WRITER_MAX=${WRITER_MAX:-60}
+# The NFS version of the NFS case. NFSv4.x keeps its client (and with it the
+# nfsv4 and rpcrdma modules) after the umount, for minutes, while it tries to
+# end its session with a server it cannot reach.
+NFS_VERS=${NFS_VERS:-3}
+export_dir=$TEST_TMP/export
+mnt=$TEST_TMP/mnt
+
+# elapsed START: seconds since START (a date +%s.%N), two decimals.
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+
+# ended PID: whether the background process PID has exited.
+ended() { ! kill -0 "$1" 2>/dev/null; }
+
+# add_device: add $dev on $nd and wait until its port is ACTIVE.
+add_device() {
+	rdma_link_add "$dev" "$nd" && wait_for 5 port_state_is "$dev" ACTIVE
+}
+
+# serve: offer $nqn on a fresh nvmet-rdma port (a port's listener goes with
+# the device it was bound to, and nvmet-rdma does not listen again by itself).
+serve() {
+	nvmet_port_del 1 "$nqn" && nvmet_port 1 "$ip" "$svcid" "$nqn"
+}
+
+# writes BDEV: write I/Os the block device BDEV (nvme0n1) completed.
+writes() {
+	local s
+	read -ra s <"/sys/block/$1/stat" && echo "${s[4]}"
+}
+
+# nvme_flowing BDEV BASE: BDEV completed 32 writes more than BASE, and I/O is
+# in flight on it.
+nvme_flowing() {
+	local s
+	read -ra s <"/sys/block/$1/stat" || return
+	((s[4] >= $2 + 32 && s[8] > 0))
+}
+
+# nfs_flowing BASE: the mount on $mnt sent 32 WRITEs more than BASE.
+nfs_flowing() {
+	local n
+	n=$(nfs_mount_ops "$mnt" WRITE)
+	((${n:-0} >= $1 + 32))
+}
+
+# no_sockets PORT: no TCP socket but in TIME-WAIT on PORT.
+no_sockets() {
+	[ -z "$(ulp_tcp_sockets "$1")" ]
+}
+
+# no_ctrl: the host has no controller of $nqn.
+no_ctrl() {
+	[ -z "$(nvme_ctrls "$nqn")" ]
+}
+
+# start_fio FILE FIO_ARG...: fio writing FILE in 64 KiB blocks with direct I/O
+# until it fails or is killed, in the background: sets fio_pid.
+start_fio() {
+	local file=$1
+	shift
+	fio --name=removal --filename="$file" --rw=randwrite --bs=64k --direct=1 --ioengine=libaio \
+		--time_based --runtime=3600 "$@" >"$TEST_TMP/fio" 2>&1 &
+	fio_pid=$!
+}
+
+# stop_fio: kill fio if it still runs and reap it.
+stop_fio() {
+	kill -KILL "$fio_pid" 2>/dev/null
+	wait "$fio_pid" 2>/dev/null
+}
+
+# run_fio WHAT BDEV: write 16 MiB in 64 KiB blocks, read back, crc32c verified.
+run_fio() {
+	local what=$1 bdev=$2 out st desc
+	desc="$what: fio writes 16 MiB to $bdev, reads it back, crc32c verified"
+	out=$(timeout 300 fio --name=again --filename="$bdev" --rw=write --bs=64k --size=16m --direct=1 \
+		--ioengine=libaio --iodepth=8 --verify=crc32c --do_verify=1 --verify_fatal=1 \
+		--verify_state_save=0 2>&1)
+	st=$?
+	if [ "$st" = 0 ] && grep -q 'err= 0' <<<"$out"; then
+		tap_ok "$desc"
+	else
+		tap_fail "$desc" "exit status $st" "$(tail -n 30 <<<"$out")"
+	fi
+}
+
+# removal WHAT HOW: remove the device with `rdma link delete` (HOW link) or by
+# unloading the driver (rmmod), in the background; it must return within
+# REMOVAL_MAX s and succeed. A removal stuck in the kernel ends the test.
+removal() {
+	local what=$1 how=$2 desc pid st t0
+	case $how in
+	link) desc="rdma link delete $dev" ;;
+	rmmod) desc="rmmod $RSIW_MODULE" ;;
+	esac
+	kmsg_mark
+	t0=$(date +%s.%N)
+	if [ "$how" = link ]; then
+		rdma link delete "$dev" >"$TEST_TMP/removal" 2>&1 &
+	else
+		rmmod "$RSIW_MODULE" >"$TEST_TMP/removal" 2>&1 &
+	fi
+	pid=$!
+	if ! wait_for "$REMOVAL_MAX" ended "$pid"; then
+		# Where everyone waits, into the kernel log (for dmesg.txt).
+		echo w >/proc/sysrq-trigger
+		tap_fail "$what: $desc returns within $REMOVAL_MAX s" "$(kmsg_since_mark | tail -n 60)"
+		# Cleaning up would wait for the removal too: leave it to the harness.
+		trap - EXIT
+		tap_bail "$desc hangs in the kernel"
+	fi
+	tap_ok "$what: $desc returns within $REMOVAL_MAX s"
+	wait "$pid"
+	st=$?
+	tap_result "$st" "$what: $desc succeeded" "$(cat "$TEST_TMP/removal")" "exit status $st"
+	tap_diag "$desc returned after $(elapsed "$t0") s"
+	tap_wait "$what: $dev is gone" 10 rdma_dev_gone "$dev"
+	if [ "$how" = rmmod ]; then
+		tap_result "$(! rsiw_loaded; echo $?)" "$what: $RSIW_MODULE is unloaded" "$(lsmod 2>&1 | head)"
+	fi
+}
+
+# leftovers WHAT PORT: nothing of the device is left: not in rdma res, no CM
+# id on it, no TCP socket of its connections or listeners on PORT, and (rsiw)
+# its removal logged with no QP, CQ, MR, PD or SRQ still counted.
+leftovers() {
+	local what=$1 port=$2 res socks log
+	res=$( (timeout 20 rdma res show; timeout 20 rdma res show cm_id) 2>&1 | grep -E "(^[0-9]+: $dev:| $dev/)")
+	tap_result "$([ -z "$res" ]; echo $?)" "$what: rdma res lists nothing of $dev (resources, CM ids)" "$res"
+	wait_for 10 no_sockets "$port"
+	socks=$(ulp_tcp_sockets "$port")
+	tap_result "$([ -z "$socks" ]; echo $?)" "$what: no TCP socket on port $port left (but TIME-WAIT)" "$socks"
+	if rsiw_is_reference; then
+		tap_skip "$what: rsiw logged the removal of $dev, nothing still counted" "rsiw's log; not the C siw"
+	else
+		log=$(kmsg_since_mark)
+		tap_match "$what: rsiw logged the removal of $dev, nothing still counted" "^rsiw: $dev: removed\$" \
+			"$(grep -E "^rsiw: $dev: " <<<"$log")" || tap_diag "$(grep -E '^rsiw: ' <<<"$log")"
+	fi
+}
+
+# nvme_case WHAT HOW: connect, fio writing, remove the device (see removal)
+# under it, and check that host and target let go.
+nvme_case() {
+	local what=$1 how=$2 b base st out qps
+	tap_check "$what: nvmet-rdma port on $ip:$svcid" serve || return
+	tap_check "$what: nvme connect -t rdma -a $ip -s $svcid" nvme_connect "$ip" "$svcid" "$nqn" || return
+	b=$(nvme_namespaces "$nqn" | head -n 1)
+	b=${b#/dev/}
+	base=$(writes "$b")
+	start_fio "/dev/$b" --iodepth=16
+	if ! tap_wait "$what: fio randwrite 64k, iodepth 16 on /dev/$b: writes complete, I/O in flight" \
+		60 nvme_flowing "$b" "${base:-0}"; then
+		tap_diag "$(cat "$TEST_TMP/fio")"
+		stop_fio
+		return 1
+	fi
+	qps=$(timeout 20 rdma res show qp link "$dev/1" 2>&1)
+	tap_result "$([ "$(grep -c " state RTS " <<<"$qps")" -ge 4 ]; echo $?)" \
+		"$what: host and target QPs in RTS on $dev" "$qps"
+	tap_diag "before the removal: $(($(writes "$b") - base)) writes done, $(tr -s ' ' <"/sys/block/$b/inflight") (reads, writes) in flight"
+	removal "$what" "$how"
+	if wait_for "$WRITER_MAX" ended "$fio_pid"; then
+		wait "$fio_pid"
+		st=$?
+		out=$(cat "$TEST_TMP/fio")
+		tap_result "$([ "$st" != 0 ] && grep -qiE 'error' <<<"$out"; echo $?)" \
+			"$what: fio ends with an I/O error" "exit status $st" "$(tail -n 20 <<<"$out")"
+		tap_diag "$(grep -iE 'error' <<<"$out" | head -n 3)"
+	else
+		tap_fail "$what: fio ends with an I/O error" "fio still runs $WRITER_MAX s after the removal" \
+			"$(ps -o pid,stat,wchan:32,cmd -p "$fio_pid")"
+		stop_fio
+	fi
+	tap_wait "$what: nvme-rdma deleted its controller of $nqn" 30 no_ctrl
+	tap_match "$what: nvme-rdma logged the controller's removal" "Removing ctrl: NQN \"$nqn\"" \
+		"$(kmsg_since_mark)"
+	tap_diag "$(kmsg_since_mark | grep -E 'nvmet|nvme' | head -n 12)"
+	ulp_undo_drop "nvme:$nqn"
+	leftovers "$what" "$svcid"
+}
+
+# again WHAT: the device (and, after an rmmod, the driver) back; a new NVMe
+# connection verifies data, then disconnects.
+again() {
+	local what=$1 b
+	if ! rsiw_loaded; then
+		tap_check "$what: load $RSIW_MODULE again" rsiw_load || tap_bail "cannot load the driver again"
+	fi
+	tap_check "$what: rdma link add $dev again, ACTIVE" add_device || tap_bail "cannot add $dev again"
+	tap_check "$what: nvmet-rdma port again" serve || return
+	tap_check "$what: nvme connect again" nvme_connect "$ip" "$svcid" "$nqn" || return
+	b=$(nvme_namespaces "$nqn" | head -n 1)
+	run_fio "$what" "$b"
+	tap_check "$what: nvme disconnect" nvme_disconnect "$nqn"
+	tap_wait "$what: no QP left on $dev" 60 ulp_no_qps "$dev"
+}
+
+# force_umount: umount -f $mnt. The killed writer's asynchronous WRITEs
+# still hold the file (EBUSY): the first umount -f aborts them, a later one
+# then finds the file system unused.
+force_umount() {
+	local i
+	for i in 1 2 3 4 5; do
+		timeout 60 umount -f "$mnt" && return 0
+		sleep "$i"
+	done
+	return 1
+}
+
+# no_nfs_volumes: the NFS client has no superblock (volume) left.
+no_nfs_volumes() {
+	[ "$(tail -n +2 /proc/fs/nfsfs/volumes 2>/dev/null | wc -l)" = 0 ]
+}
+
+# no_nfs_servers: the NFS client has no server (nfs_client) left.
+no_nfs_servers() {
+	[ "$(tail -n +2 /proc/fs/nfsfs/servers 2>/dev/null | wc -l)" = 0 ]
+}
+
+# nfs_case WHAT: knfsd and an NFS mount over the device, fio writing through
+# it; rdma link delete.
+nfs_case() {
+	local what=$1 base st xprt t0 out
+	tap_check "$what: knfsd on rdma port $NFS_RDMA_PORT" nfs_server_start "$export_dir" || return
+	tap_check "$what: mount -o vers=$NFS_VERS,proto=rdma $ip" nfs_mount "$ip" "$export_dir" "$NFS_VERS" "$mnt" ||
+		return
+	xprt=$(nfs_mount_xprt "$mnt")
+	tap_result "$([ "$xprt" = rdma ]; echo $?)" "$what: the mount uses RDMA (mountstats xprt $xprt)"
+	base=$(nfs_mount_ops "$mnt" WRITE)
+	start_fio "$mnt/writer" --size=64m --iodepth=8 --fallocate=none
+	if ! tap_wait "$what: fio randwrite 64k, iodepth 8 to $mnt/writer: WRITE RPCs complete" \
+		60 nfs_flowing "${base:-0}"; then
+		tap_diag "$(cat "$TEST_TMP/fio")"
+		stop_fio
+		return 1
+	fi
+	tap_diag "before the removal: $(($(nfs_mount_ops "$mnt" WRITE) - base)) WRITEs"
+	removal "$what" link
+	# On a hard mount the writer waits for the server to come back; it must go
+	# with SIGKILL.
+	if wait_for 20 ended "$fio_pid"; then
+		wait "$fio_pid"
+		st=$?
+		out=$(cat "$TEST_TMP/fio")
+		tap_ok "$what: the writer ended by itself (exit status $st)"
+		tap_diag "$(grep -iE 'error' <<<"$out" | head -n 3)"
+	else
+		kill -KILL "$fio_pid"
+		if tap_wait "$what: the writer, still waiting after 20 s, exits on SIGKILL" 30 ended "$fio_pid"; then
+			wait "$fio_pid" 2>/dev/null
+		else
+			tap_diag "$(ps -o pid,stat,wchan:32,cmd -p "$fio_pid")"
+		fi
+	fi
+	t0=$(date +%s.%N)
+	if tap_check "$what: umount -f $mnt" force_umount; then
+		tap_diag "unmounted in $(elapsed "$t0") s"
+	else
+		tap_check "$what: umount -l $mnt" timeout 60 umount -l "$mnt"
+	fi
+	tap_result "$(! grep -qF " $mnt " /proc/mounts; echo $?)" "$what: $mnt is no longer mounted" \
+		"$(grep -F " $mnt " /proc/mounts)"
+	ulp_undo_drop "nfs:$mnt"
+	# A lazily unmounted file system stays until its last file and request go.
+	tap_wait "$what: the NFS client has no volume left (/proc/fs/nfsfs/volumes)" 30 no_nfs_volumes
+	tap_wait "$what: the NFS client let go of the server (/proc/fs/nfsfs/servers)" 30 no_nfs_servers
+	if ended "$fio_pid"; then
+		t0=$(date +%s.%N)
+		tap_check "$what: knfsd stops" nfs_server_stop
+		tap_diag "knfsd stopped in $(elapsed "$t0") s"
+	fi
+	leftovers "$what" "$NFS_RDMA_PORT"
+}
+
+tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
+tap_check "dummy netdev $nd $ip" netdev_dummy "$nd" "$mac" "$ip/24" || tap_bail "cannot create $nd"
+tap_check "rdma link add $dev type $RSIW_LINK_TYPE netdev $nd, ACTIVE" add_device || tap_bail "cannot add the link"
+kmsg_mark
+tap_check "null_blk namespace device (memory-backed, 256 MiB)" nvmet_null_blk rsiwnull1 256 ||
+	tap_bail "no null_blk device"
+tap_check "nvmet subsystem $nqn: ns 1 /dev/rsiwnull1" nvmet_subsys "$nqn" /dev/rsiwnull1 ||
+	tap_bail "cannot set up the subsystem"
+
+nvme_case "NVMe, link delete" link
+again "NVMe, after link delete"
+if rsiw_is_reference; then
+	# siw_exit_module() stops siw's transmit threads before it unregisters the
+	# devices: a QP with work queued for them keeps a reference for good, and
+	# siw_destroy_qp() (nvme-rdma deleting its controller) waits forever.
+	tap_skip "NVMe, rmmod: the removal under I/O" \
+		"the C siw hangs: it stops its transmit threads before it unregisters its devices"
+else
+	nvme_case "NVMe, rmmod" rmmod
+	again "NVMe, after rmmod"
+fi
+
+tap_check "tmpfs to export on $export_dir" nfs_export_tmpfs "$export_dir" 256M
+# The NVMe port's listener is not part of this case.
+tap_check "remove the nvmet-rdma port" nvmet_port_del 1 "$nqn"
+nfs_case "NFSv$NFS_VERS, link delete"
+again "NVMe, after the NFS case"
+
+tap_check "remove the port" nvmet_port_del 1 "$nqn"
+tap_check "remove the subsystem" nvmet_subsys_del "$nqn"
+tap_check "undo the setup: null_blk, nvmet, nvme and NFS modules" ulp_cleanup
+tap_done

@@ -67,6 +67,15 @@ done
 ulp_run "read, device's READ sink SGE limit ($read_sge)" "$client test=read size=65537 sge=max"
 # One SGE over the limit: the post fails with EINVAL and the QP goes on.
 for t in send recv write read; do
+	# The C siw refuses a READ with two sink SGEs only after it has marked
+	# the send queue slot (siw_post_send() in drivers/infiniband/sw/siw/
+	# siw_verbs.c sets SIW_WQE_SIGNALLED, then checks num_sge != 1): every
+	# later post finds the slot taken and fails with ENOMEM.
+	if [ $t = read ] && rsiw_is_reference; then
+		tap_skip "read with one SGE more than the device allows" \
+			"the C siw's send queue is stuck after it refuses a signaled READ with 2 SGEs"
+		continue
+	fi
 	ulp_run "$t with one SGE more than the device allows" "$client test=sge_over_$t"
 done
 # The device's largest IRD/ORD negotiated, and that many READs in flight.

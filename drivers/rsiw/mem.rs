@@ -179,13 +179,16 @@ impl MrShared {
         }
     }
 
-    /// Invalidates the region if `stag` names it, as a local or remote invalidate does.
-    pub(crate) fn invalidate(&self, stag: u32) -> Result<(), AccessError> {
+    /// Invalidates the region if `stag` names it, as a local or remote invalidate does; with
+    /// `apply` false only checks that it could.
+    pub(crate) fn invalidate(&self, stag: u32, apply: bool) -> Result<(), AccessError> {
         let mut st = self.state.lock();
         if self.stag(st.key) != stag || self.kind.is_dma() {
             return Err(AccessError::InvalidStag);
         }
-        st.valid = false;
+        if apply {
+            st.valid = false;
+        }
         Ok(())
     }
 }
@@ -399,11 +402,30 @@ pub(crate) fn invalidate(
     pd: usize,
     stag: u32,
 ) -> Result<(), AccessError> {
+    invalidate_checked(dev, pd, stag, true)
+}
+
+/// Whether [`invalidate`] of `stag` would succeed: a peer's Send with Invalidate is checked
+/// before its payload is placed, and invalidates only once it is all received.
+pub(crate) fn can_invalidate(
+    dev: &kernel::rdma::device::Device<Rsiw>,
+    pd: usize,
+    stag: u32,
+) -> Result<(), AccessError> {
+    invalidate_checked(dev, pd, stag, false)
+}
+
+fn invalidate_checked(
+    dev: &kernel::rdma::device::Device<Rsiw>,
+    pd: usize,
+    stag: u32,
+    apply: bool,
+) -> Result<(), AccessError> {
     let mr = lookup(dev, stag).ok_or(AccessError::InvalidStag)?;
     if mr.pd != pd {
         return Err(AccessError::WrongPd);
     }
-    mr.invalidate(stag)
+    mr.invalidate(stag, apply)
 }
 
 /// Rights a tagged Write needs.

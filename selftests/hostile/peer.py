@@ -736,11 +736,10 @@ def case_read_ird_overflow(args, log):
 
 
 def send_inv_case(args, log, stag_of):
-    """A zero-length Send with Invalidate into a posted data receive on
-    connection B, naming stag_of(A's rkey). A keeps its region, registered:
-    an RDMA Read of it still works. Zero-length: rsiw places a Send's payload
-    before it checks the STag to invalidate (the receive is then flushed with
-    the payload in it), which the server's audit would report."""
+    """A Send with Invalidate of 64 octets into a posted data receive on
+    connection B, naming stag_of(A's rkey). The STag is checked before any
+    payload is placed: the server's audit finds the receive untouched. A
+    keeps its region, registered: an RDMA Read of it still works."""
     a = Conn(args.addr, args.port, lambda s: log("A " + s), rtr=args.rtr)
     a_iova, a_rkey, n = a.target(REGION, SEED, ACC_READ | ACC_WRITE)
     blog = lambda s: log("B " + s)  # noqa: E731
@@ -748,7 +747,7 @@ def send_inv_case(args, log, stag_of):
     b.target(REGION, SEED_B, ACC_READ | ACC_WRITE)
     b.expect_recv(RECV)
     stag = stag_of(a_rkey)
-    off = b.send_inv(b"", stag)
+    off = b.send_inv(bytes((0xA5 ^ i) & 0xFF for i in range(64)), stag)
     blog("sent Send with Invalidate of STag %#x" % stag)
     verdict = expect_terminate(b, args.expect, off, blog)
     got = a.read(SINK_STAG, 0, 64, a_rkey, a_iova)

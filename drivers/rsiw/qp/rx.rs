@@ -450,6 +450,11 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
                     .map_err(TermError::DdpUntagged)?;
                 return Ok(Target::Discard);
             }
+            if info.opcode.invalidates() {
+                // The STag to invalidate is checked before any payload is placed.
+                mem::can_invalidate(qp.device(), pd, h.rsvd_ulp2)
+                    .map_err(|_| TermError::RdmapProtection(RdmapProtection::CannotInvalidate))?;
+            }
             if inner.cur_recv.is_none() {
                 // A new message: on a QP with an SRQ, take its receive now, atomically with
                 // respect to the SRQ's other QPs. It is this message's from here on (flushed

@@ -20,8 +20,11 @@
 #![deny(unsafe_code)]
 
 use crate::{
+    crc::KernelCrc32c,
     device::Rsiw,
     proto::{
+        error::TermError,
+        fpdu::{self, SETUP_TERM_FPDU_MAX},
         mpa::{MpaFrame, ENHANCED_LEN, IRD_ORD_MAX, MAX_FRAME_LEN, MAX_PRIVATE_DATA},
         negotiate::{Initiator, MpaEvent, MpaFailure, MpaPolicy, MpaStep, Negotiated, Responder},
     },
@@ -338,6 +341,47 @@ fn close(sock: Arc<TcpSocket>, graceful: bool) {
     drop(sock);
 }
 
+/// RFC 6581 §8: an initiator that cannot comply with an enhanced Reply says why in a
+/// Terminate, its first and only FPDU, framed as the Reply negotiated. Returns whether it
+/// went out (then the connection ends with a FIN behind it, not a reset).
+fn send_setup_terminate(
+    sock: &TcpSocket,
+    init: &Initiator,
+    err: TermError,
+    dev: &Device<Rsiw>,
+    remote: &SocketAddr,
+) -> bool {
+    let Some(mut stream) = init.terminate_stream() else {
+        return false;
+    };
+    let mut buf = [0u8; SETUP_TERM_FPDU_MAX];
+    let sent = fpdu::setup_terminate(&mut stream, err, &KernelCrc32c, &mut buf)
+        .map_err(|_| EINVAL)
+        .and_then(|n| send_all(sock, buf.get(..n).ok_or(EINVAL)?));
+    match sent {
+        Ok(()) => {
+            pr_info!(
+                "{}: sent Terminate layer {} etype {} code {:#04x} to {} (enhanced MPA setup)\n",
+                dev.name(),
+                err.layer() as u8,
+                err.etype(),
+                err.code(),
+                remote
+            );
+            true
+        }
+        Err(e) => {
+            pr_info!(
+                "{}: cannot send the setup Terminate to {}: {:?}\n",
+                dev.name(),
+                remote,
+                e
+            );
+            false
+        }
+    }
+}
+
 /// Private data from a peer as an `iw_cm` event can carry it: at most 255 bytes.
 fn event_pd(pd: &[u8]) -> PrivateData<'_> {
     PrivateData::new(pd.get(..pd.len().min(PrivateData::MAX_LEN)).unwrap_or(&[]))
@@ -503,15 +547,25 @@ fn run_active(a: Active) {
         }
         MpaEvent::Failed(f) => {
             pr_info!(
-                "rsiw: MPA negotiation with {} failed: {:?}\n",
+                "{}: MPA negotiation with {} failed: {:?}\n",
+                dev.name(),
                 info.remote,
                 f
             );
             let status = match f {
                 MpaFailure::Timeout => errno::etimedout(),
+                // The Reply was well-formed but cannot be complied with: a protocol error
+                // (RDMA_CM_EVENT_CONNECT_ERROR), not a rejection by the peer.
+                MpaFailure::Terminate(_) => errno::eproto(),
                 _ => errno::econnreset(),
             };
-            close(sock, false);
+            let graceful = match f {
+                MpaFailure::Terminate(err) => {
+                    send_setup_terminate(&sock, &init, err, &dev, &info.remote)
+                }
+                _ => false,
+            };
+            close(sock, graceful);
             let _ = token.failed(status, PrivateData::EMPTY);
             return;
         }

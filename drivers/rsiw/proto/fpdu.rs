@@ -758,6 +758,30 @@ impl FpduTx {
     }
 }
 
+/// Longest FPDU [`setup_terminate`] builds: a Terminate without headers,
+/// framed with CRC and up to two Markers.
+pub const SETUP_TERM_FPDU_MAX: usize = TX_BUF;
+
+/// The Terminate an endpoint sends as its first and only FPDU when the
+/// enhanced connection setup fails (RFC 6581 §8, e.g. Terminate 2/0/0x06
+/// for insufficient IRD): RDMAP Terminate on untagged queue 2, MSN 1,
+/// framed on `stream` as the MPA exchange negotiated. Returns the octets
+/// written to `out`.
+pub fn setup_terminate<C: Crc32c + ?Sized>(
+    stream: &mut TxStream,
+    err: TermError,
+    crc: &C,
+    out: &mut [u8],
+) -> Result<usize, TxError> {
+    let op = TxOp::Terminate {
+        msn: 1,
+        term: Terminate::for_error(err, None),
+    };
+    let mut seg = Segmenter::new(op, 0, MULPDU_MIN)?;
+    let mut f = seg.next_fpdu(stream).ok_or(TxError::Internal)?;
+    f.write_to(crc, &[], out)
+}
+
 /// Receive-side framing options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RxConfig {

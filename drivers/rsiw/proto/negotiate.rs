@@ -34,7 +34,7 @@
 //!   Request is ignored.
 
 use super::error::{MpaCode, TermError};
-use super::fpdu::SegmentInfo;
+use super::fpdu::{SegmentInfo, TxStream};
 use super::mpa::{
     EnhancedData, FrameError, FrameKind, FrameRx, MpaFrame, MpaHeader, RtrSet, RtrType,
     ENHANCED_LEN, IRD_ORD_MAX, REV_1, REV_2,
@@ -270,6 +270,17 @@ impl Initiator {
         }
         self.state = IState::Done;
         MpaStep { consumed, event }
+    }
+
+    /// After [`MpaFailure::Terminate`]: the stream the Terminate goes out
+    /// on, framed as the Reply negotiated (CRC if either side asked for it,
+    /// Markers if the Reply did). `None` in any other state.
+    pub fn terminate_stream(&self) -> Option<TxStream> {
+        let IState::Failed(MpaFailure::Terminate(_)) = self.state else {
+            return None;
+        };
+        let h = self.rx.header()?;
+        Some(TxStream::new(h.markers, self.policy.crc || h.crc))
     }
 
     fn fail(&mut self, consumed: usize, f: MpaFailure) -> MpaStep {

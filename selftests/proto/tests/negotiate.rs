@@ -2,17 +2,18 @@
 //! MPA startup state machines (RFC 5044 §7.1, RFC 6581 §9-§10).
 
 mod common;
-use common::{encode, receive, rx};
+use common::{encode, receive, rx, HwCrc};
 use proptest::prelude::*;
+use rsiw_proto::proto::ddp::DdpHdr;
 use rsiw_proto::proto::error::{MpaCode, TermError};
-use rsiw_proto::proto::fpdu::{TxOp, TxStream};
+use rsiw_proto::proto::fpdu::{setup_terminate, TxOp, TxStream, SETUP_TERM_FPDU_MAX};
 use rsiw_proto::proto::mpa::{
     EnhancedData, FrameError, FrameKind, MpaFrame, MpaHeader, RtrSet, RtrType, KEY_REP, KEY_REQ,
 };
 use rsiw_proto::proto::negotiate::{
     check_first_fpdu, Initiator, MpaEvent, MpaFailure, MpaPolicy, Negotiated, Responder,
 };
-use rsiw_proto::proto::rdmap::ReadRequest;
+use rsiw_proto::proto::rdmap::{Opcode, ReadRequest, Terminate};
 
 const W: RtrSet = RtrSet {
     send: false,
@@ -291,6 +292,22 @@ fn enh(ird: u16, ord: u16, p2p: bool, rtr: RtrSet) -> MpaPolicy {
     }
 }
 
+/// An accepting revision 2 Reply header with enhanced data and these M and C bits, for Replies
+/// crafted by hand.
+fn enhanced_reply(markers: bool, crc: bool) -> MpaHeader {
+    MpaHeader {
+        kind: FrameKind::Reply,
+        markers,
+        crc,
+        reject: false,
+        enhanced: true,
+        large_fpdu: false,
+        res: 0,
+        rev: 2,
+        pd_len: 0,
+    }
+}
+
 #[test]
 fn ird_ord_negotiation() {
     // Initiator IRD 8/ORD 4, responder IRD 2/ORD 16.
@@ -309,17 +326,7 @@ fn ird_ord_negotiation() {
     // Responder ORD above the initiator's IRD cannot happen with a
     // conforming responder; craft such a Reply by hand: TERM 2/0/0x06.
     let (mut ini, _) = Initiator::new(&enh(2, 2, false, W), b"").unwrap();
-    let h = MpaHeader {
-        kind: FrameKind::Reply,
-        markers: false,
-        crc: true,
-        reject: false,
-        enhanced: true,
-        large_fpdu: false,
-        res: 0,
-        rev: 2,
-        pd_len: 0,
-    };
+    let h = enhanced_reply(false, true);
     let e = EnhancedData {
         p2p: false,
         ird: 4,
@@ -334,6 +341,109 @@ fn ird_ord_negotiation() {
             MpaCode::InsufficientIrd
         )))
     );
+    // The Terminate goes out framed as the Reply negotiated: CRC (C=1), no Markers.
+    assert_eq!(ini.terminate_stream(), Some(TxStream::new(false, true)));
+}
+
+/// Decodes `wire` as exactly one FPDU and checks that it is the setup Terminate for `err`:
+/// untagged queue 2, MSN 1, MO 0, Last, with no headers attached.
+fn assert_setup_terminate(wire: &[u8], markers: bool, crc: bool, err: TermError) {
+    let (segs, e) = receive(&mut rx(markers, crc), wire, &[wire.len()]);
+    assert_eq!(e, None);
+    assert_eq!(segs.len(), 1, "one FPDU");
+    let s = &segs[0];
+    assert!(s.done);
+    assert_eq!(s.info.opcode, Opcode::Terminate);
+    let DdpHdr::Untagged(h) = s.info.hdr else {
+        panic!("a tagged Terminate");
+    };
+    assert_eq!((h.qn, h.msn, h.mo, h.last), (2, 1, 0, true));
+    let t = s.info.terminate.expect("Terminate body");
+    let want = Terminate::for_error(err, None).ctrl;
+    assert_eq!(
+        (t.ctrl.layer, t.ctrl.etype, t.ctrl.code),
+        (want.layer, want.etype, want.code)
+    );
+    assert!(!t.ctrl.m && !t.ctrl.d && !t.ctrl.r, "no headers attached");
+}
+
+#[test]
+fn setup_terminate_framing() {
+    for err in [
+        TermError::Mpa(MpaCode::InsufficientIrd),
+        TermError::Mpa(MpaCode::NoMatchingRtr),
+    ] {
+        for (markers, crc) in [(false, false), (false, true), (true, false), (true, true)] {
+            let mut stream = TxStream::new(markers, crc);
+            let mut out = [0u8; SETUP_TERM_FPDU_MAX];
+            let n = setup_terminate(&mut stream, err, &HwCrc, &mut out).unwrap();
+            assert_eq!(
+                stream.offset() as usize,
+                n,
+                "the stream advanced by the FPDU"
+            );
+            // The same octets as the general transmit path builds.
+            let term = Terminate::for_error(err, None);
+            let general = encode(
+                &mut TxStream::new(markers, crc),
+                TxOp::Terminate { msn: 1, term },
+                &[],
+                1454,
+            );
+            assert_eq!(&out[..n], &general[..]);
+            assert_setup_terminate(&out[..n], markers, crc, err);
+        }
+    }
+    // Too small an output buffer is an error, never a partial FPDU claimed whole.
+    let mut small = [0u8; 8];
+    assert!(setup_terminate(
+        &mut TxStream::new(false, true),
+        TermError::Mpa(MpaCode::NoMatchingRtr),
+        &HwCrc,
+        &mut small
+    )
+    .is_err());
+}
+
+#[test]
+fn terminate_stream_only_after_a_setup_terminate() {
+    // Established: no Terminate to send.
+    let (mut ini, _) = Initiator::new(&enh(4, 4, false, W), b"").unwrap();
+    let mut resp = Responder::new(&enh(4, 4, false, W));
+    let (_, req) = Initiator::new(&enh(4, 4, false, W), b"").unwrap();
+    assert_eq!(
+        resp.on_data(req.as_bytes()).event,
+        MpaEvent::RequestReceived
+    );
+    let (reply, _) = resp.accept(b"").unwrap();
+    assert!(matches!(
+        ini.on_data(reply.as_bytes()).event,
+        MpaEvent::Established(_)
+    ));
+    assert_eq!(ini.terminate_stream(), None);
+    // Waiting for the Reply: none either.
+    let (waiting, _) = Initiator::new(&enh(4, 4, false, W), b"").unwrap();
+    assert_eq!(waiting.terminate_stream(), None);
+    // No matching RTR with a Reply asking for Markers and without CRC: framed that way.
+    let mut p = enh(4, 4, true, S);
+    p.crc = false;
+    p.markers_tx_ok = true;
+    let (mut ini, _) = Initiator::new(&p, b"").unwrap();
+    let h = enhanced_reply(true, false);
+    let e = EnhancedData {
+        p2p: true,
+        ird: 4,
+        ord: 4,
+        rtr: W,
+    };
+    let f = MpaFrame::build(&h, Some(&e), &[]).unwrap();
+    assert_eq!(
+        ini.on_data(f.as_bytes()).event,
+        MpaEvent::Failed(MpaFailure::Terminate(TermError::Mpa(
+            MpaCode::NoMatchingRtr
+        )))
+    );
+    assert_eq!(ini.terminate_stream(), Some(TxStream::new(true, false)));
 }
 
 #[test]

@@ -2,12 +2,16 @@
 //! Fuzzes MPA startup: a policy chosen from the input, then arbitrary
 //! octets fed in arbitrary chunks to a responder and an initiator. Neither
 //! may panic or consume octets it was not given, and large FPDUs are only
-//! agreed when both frames carry the G bit and the policy wants them.
+//! agreed when both frames carry the G bit and the policy wants them. A
+//! Reply the initiator must answer with a Terminate yields its framing, and
+//! the Terminate builds.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use rsiw_proto::proto::fpdu::{setup_terminate, SETUP_TERM_FPDU_MAX};
 use rsiw_proto::proto::mpa::RtrSet;
-use rsiw_proto::proto::negotiate::{Initiator, MpaEvent, MpaPolicy, Responder};
+use rsiw_proto::proto::negotiate::{Initiator, MpaEvent, MpaFailure, MpaPolicy, Responder};
+use rsiw_proto::soft_crc::SoftCrc32c;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 6 {
@@ -57,6 +61,19 @@ fuzz_target!(|data: &[u8]| {
             if let MpaEvent::Established(n) = s.event {
                 let offered = i.reply().is_some_and(|q| q.large_fpdu);
                 assert_eq!(n.large_fpdu, offered && p.large_fpdu);
+            }
+            // A setup Terminate is framed from the Reply and always fits.
+            let stream = i.terminate_stream();
+            match s.event {
+                MpaEvent::Failed(MpaFailure::Terminate(err)) => {
+                    let mut stream = stream.expect("a stream for the Terminate");
+                    let mut out = [0u8; SETUP_TERM_FPDU_MAX];
+                    let n = setup_terminate(&mut stream, err, &SoftCrc32c, &mut out)
+                        .expect("the setup Terminate builds");
+                    assert_eq!(stream.offset() as usize, n);
+                }
+                MpaEvent::Failed(_) => {}
+                _ => assert!(stream.is_none()),
             }
         }
         let _ = i.on_timeout();

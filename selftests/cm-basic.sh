@@ -16,6 +16,9 @@
 #   an MPA Reply, and a connect whose SYNs go unanswered, each end in
 #   RDMA_CM_EVENT_UNREACHABLE (ETIMEDOUT) after rsiw's 10 s timeout, and
 #   leave no socket, CM id or QP behind;
+# - RFC 6581 section 8: an enhanced Reply rsiw cannot comply with (ORD above
+#   its IRD, no RTR type it can send) gets a Terminate 2/0/0x06 or 2/0/0x07
+#   as rsiw's only FPDU, RDMA_CM_EVENT_CONNECT_ERROR (-EPROTO) for the ULP;
 # - no splat, no leak once everything is torn down.
 # timeout: 600
 # Helpers are called through tap_check and trap:
@@ -187,6 +190,43 @@ tap_match "rsiw logs the MPA Reply timeout" "MPA negotiation with $b:$silent fai
 tap_check "static neighbour for $nobody (MAC nobody has)" \
 	ip neigh replace "$nobody" lladdr 02:52:53:49:57:3f dev cmv0 nud permanent
 connect_error "TCP connect timeout" "$nobody" "$port"
+
+# 8. RFC 6581 section 8: rsiw connects to a responder (hostile/peer.py) whose
+# enhanced Reply it cannot comply with. rsiw must send one Terminate, its
+# first FPDU, with the RFC's Layer/EType/Code and close; the ULP gets
+# RDMA_CM_EVENT_CONNECT_ERROR (6) with -EPROTO, and nothing is left.
+# setup_terminate KIND EXPECT PORT WHAT
+setup_terminate() {
+	local kind=$1 expect=$2 dport=$3 desc="enhanced Reply with $4" log=$TEST_TMP/respond-$1.log
+	local qps res ev st pid pst left
+	qps=$(qp_count)
+	inns python3 "$SELFTESTS/hostile/peer.py" --addr "$b" --port "$dport" --respond "$kind" \
+		--expect "$expect" >"$log" 2>&1 &
+	pid=$!
+	if ! wait_for 30 grep -q '^listening' "$log"; then
+		tap_fail "$desc: the responder listens on $b:$dport" "$(cat "$log")"
+		kill "$pid" 2>/dev/null
+		return
+	fi
+	ulp_ctl clear
+	ulp_ctl "client addr=$b port=$dport test=connect_error" >/dev/null
+	res=$(cat "$ULP/result")
+	ev=$(sed -nE 's/^# connect_error: event=([0-9]+) .*/\1/p' <<<"$res")
+	st=$(sed -nE 's/^# connect_error: .* status=(-?[0-9]+) .*/\1/p' <<<"$res")
+	tap_result "$([ "$ev" = 6 ] && [ "$st" = -71 ] && echo 0 || echo 1)" \
+		"$desc: RDMA_CM_EVENT_CONNECT_ERROR with -EPROTO" "$res"
+	wait "$pid"
+	pst=$?
+	tap_result "$pst" "$desc: rsiw sends Terminate $expect as its only FPDU, then closes" "$(cat "$log")"
+	tap_match "$desc: rsiw logs the Terminate, naming the device" \
+		"rsiw0: sent Terminate layer 2 etype 0 code ${expect##*/} to ${b//./\\.}:$dport" "$(dmesg)"
+	left=$(ss -Htan state syn-sent state established state close-wait dst "$b:$dport" 2>&1)
+	left+=$(rdma res show cm_id 2>&1 | grep -F "dst-addr $b:$dport")
+	tap_result "$([ -z "$left" ] && [ "$(qp_count)" = "$qps" ] && echo 0 || echo 1)" \
+		"$desc: no socket, CM id or QP left" "$left" "QPs on rsiw0 before $qps, now $(qp_count)"
+}
+setup_terminate ird 2/0/0x06 20893 "an ORD above rsiw's IRD"
+setup_terminate rtr 2/0/0x07 20894 "no RTR type rsiw can send"
 
 sleep 2
 stop_bg

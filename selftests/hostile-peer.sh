@@ -8,7 +8,8 @@
 # connection's PD or without the right; a Read Request more than the IRD; a
 # Read Response with no Read outstanding; a Send with a bad CRC, too long for
 # the receive, out of MSN order or with no receive posted; a Send with
-# Invalidate of another PD's STag or of one that does not exist; ULPDU_Lengths
+# Invalidate of another PD's STag or of one that does not exist; a Write or
+# Read under a PD's global rkey at an address with no memory; ULPDU_Lengths
 # that contradict the headers. Each case (a fresh connection) expects a Terminate
 # with the exact Layer/EType/Code (RFC 5040 4.8, RFC 5041 7.2, RFC 5044 8),
 # nothing else, the TCP connection closed, the server's connection ended in
@@ -93,6 +94,8 @@ declare -A SIW_SKIPS=(
 	[read-request-short]=$siw_unbounded_hdr
 	[read-request-long]="the C siw closes without a Terminate (siw_proc_rreq() returns -EPROTO)"
 	[peer-terminate-short]=$siw_unbounded_hdr
+	[global-write-wild]="not run against the C siw: its DMA region (siw_get_dma_mr) takes any address, so the kernel would fault"
+	[global-read-wild]="not run against the C siw: its DMA region (siw_get_dma_mr) takes any address, so the kernel would fault"
 )
 SIW_CRC_PLACES="the C siw places payload before it checks the CRC (siw_rx_kva() copies, then updates the CRC)"
 SIW_CLOSE_STATUS="the C siw reports every close with status 0 (siw_cm_upcall(cep, IW_CM_EVENT_CLOSE, 0)) and the ULP cannot see QP events"
@@ -220,6 +223,14 @@ check_case read-ird-overflow 1/2/0x02 1 1 "one RDMA Read Request more than the s
 # A Read Response that answers no outstanding Read is an unexpected opcode
 # (RFC 5040 4.8: RDMAP remote operation error 0x06).
 check_case read-response-unsolicited 0/2/0x06 1 1 "RDMA Read Response with no RDMA Read outstanding"
+
+# A PD with IB_PD_UNSAFE_GLOBAL_RKEY (nvme-rdma's register_always=N) gives
+# the peer an rkey for all kernel memory by DMA address. The consumer chose
+# that, but an address where no memory is must still be refused, not
+# dereferenced: a base or bounds violation (RFC 5041 7.2, RFC 5040 7.1).
+check_case global-rkey none 0 1 "Write and Read back under the PD's global rkey, then an orderly close"
+check_case global-write-wild 1/1/0x01 1 1 "RDMA Write under the global rkey at an address with no memory"
+check_case global-read-wild 0/1/0x01 1 1 "RDMA Read Request under the global rkey from a non-canonical address"
 
 # Untagged Sends and framing (RFC 5041 7.2, RFC 5044 8).
 check_case send-bad-crc 2/0/0x02 1 1 "Send into a data receive with a bad CRC"

@@ -9,7 +9,10 @@
 # nvmet-rdma reloaded with use_srq=1: the target's queues must use shared
 # receive queues on the device, I/O must verify, and a disconnect must free the
 # target's QPs within 20 s (ib_drain_qp waits 60 s for
-# IB_EVENT_QP_LAST_WQE_REACHED when a provider never raises it).
+# IB_EVENT_QP_LAST_WQE_REACHED when a provider never raises it). Then
+# nvme-rdma reloaded with register_always=N: the target reaches the host's
+# buffers through the host PD's global rkey (the device's DMA region with
+# remote rights), and I/O must verify.
 # timeout: 1800
 # Functions run through tap_check look unreachable to shellcheck:
 # shellcheck disable=SC2317
@@ -211,6 +214,25 @@ if tap_check "SRQ: nvme connect" nvme_connect "$ip" "$svcid" "$nqn"; then
 		tap_check "SRQ: disconnect again" nvme_disconnect "$nqn"
 		tap_wait "SRQ: QPs gone" 120 ulp_no_qps "$dev"
 	fi
+fi
+
+# No memory registration on the host: nvme-rdma with register_always=N
+# allocates its PD with IB_PD_UNSAFE_GLOBAL_RKEY and hands the target its
+# buffers' kernel addresses under the PD's DMA region rkey when a request
+# fits one SGE, so the target's RDMA Writes and Reads go through the device's
+# DMA MR with remote rights (anchor row 29).
+tap_check "unload nvme-rdma" timeout 60 modprobe -r nvme-rdma
+tap_check "load nvme-rdma register_always=N" ulp_modprobe nvme-rdma register_always=N
+if tap_check "global rkey: nvme connect" nvme_connect "$ip" "$svcid" "$nqn"; then
+	pds=$(timeout 20 rdma res show pd dev "$dev" 2>&1)
+	tap_match "global rkey: a PD on $dev has an unsafe global rkey" "unsafe_global_rkey 0x" "$pds"
+	mapfile -t ns < <(nvme_namespaces "$nqn")
+	for i in "${!ns[@]}"; do
+		run_fio "global rkey: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" randwrite 4k 4m
+		run_fio "global rkey: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" write 64k 16m
+	done
+	tap_check "global rkey: nvme disconnect" nvme_disconnect "$nqn"
+	tap_wait "global rkey: QPs gone" 120 ulp_no_qps "$dev"
 fi
 
 tap_check "remove the port" nvmet_port_del 1 "$nqn"

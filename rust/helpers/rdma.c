@@ -5,7 +5,9 @@
  */
 
 #include <linux/completion.h>
+#include <linux/mm.h>
 #include <linux/netdevice.h>
+#include <linux/overflow.h>
 #include <net/addrconf.h>
 #include <rdma/ib_verbs.h>
 
@@ -57,4 +59,25 @@ void rust_helper_addrconf_addr_eui48(u8 *eui, const char *const addr)
 void rust_helper_init_completion(struct completion *x)
 {
 	init_completion(x);
+}
+
+/*
+ * Whether every page of the len bytes at addr lies in the kernel's direct
+ * map: the only memory a virtual-DMA device's DMA address can name. It reads
+ * nothing; a zero-length range names no memory and is accepted.
+ */
+bool rust_helper_rsiw_direct_map_valid(u64 addr, size_t len)
+{
+	unsigned long start = addr, last, page;
+
+	if (len == 0)
+		return true;
+	if (start != addr || check_add_overflow(start, len - 1, &last))
+		return false;
+	for (page = start & PAGE_MASK;; page += PAGE_SIZE) {
+		if (!virt_addr_valid((void *)page))
+			return false;
+		if (page >= (last & PAGE_MASK))
+			return true;
+	}
 }

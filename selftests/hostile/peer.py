@@ -12,6 +12,8 @@ else, and to close the TCP connection.
 
     peer.py --addr 198.18.0.1 --port 20887 --expect 1/1/0x01 write-beyond
     peer.py --addr 198.18.0.1 --port 20887 --serve   # cases from stdin
+    peer.py --addr 198.18.0.2 --port 20893 --respond ird --expect 2/0/0x06
+                            # responder: a Reply rsiw must answer with a Terminate
     peer.py --list          # the cases and what they send
     peer.py --self-test     # CRC32c and framing against known vectors (host)
 
@@ -124,6 +126,7 @@ def fpdu(ulpdu, bad_crc=False):
 MSG_LEN = 48
 MAGIC = b"RUL1"
 K_TARGET, K_TARGET_IS, K_VERIFY, K_EXPECT_SEND, K_READY, K_STATUS, K_ROTATE = 1, 2, 3, 4, 5, 6, 8
+K_GLOBAL_KEY = 9
 ACC_READ, ACC_WRITE = 1, 2
 SEALED = 1
 
@@ -152,6 +155,9 @@ def pattern_bytes(seed, off, n):
 
 
 HELLO = b"RSIWULP1"
+# The same, asking the server to give the connection's PD a global rkey
+# (IB_PD_UNSAFE_GLOBAL_RKEY), which K_GLOBAL_KEY then reveals.
+HELLO_GLOBAL_RKEY = b"RSIWULPG"
 TIMEOUT = 20.0
 
 
@@ -211,7 +217,7 @@ OPEN = []
 class Conn:
     """An MPA connection to the ULP server, with its DDP sequence numbers."""
 
-    def __init__(self, addr, port, log, rtr="write", crc=True, ird=4, ord_=4):
+    def __init__(self, addr, port, log, rtr="write", crc=True, ird=4, ord_=4, hello=None):
         self.log = log
         self.msn = {QN_SEND: 1, QN_READ: 1, QN_TERM: 1}
         self.buf = b""
@@ -224,25 +230,33 @@ class Conn:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(TIMEOUT)
         self.name = "%s:%d" % self.sock.getsockname()
-        self._mpa(rtr, crc, ird, ord_)
+        self._mpa(rtr, crc, ird, ord_, hello or HELLO)
+
+    @classmethod
+    def accepted(cls, sock, log):
+        """A connection on a socket this peer accepted, before any MPA exchange."""
+        self = cls.__new__(cls)
+        self.log = log
+        self.msn = {QN_SEND: 1, QN_READ: 1, QN_TERM: 1}
+        self.buf = b""
+        self.sock = sock
+        OPEN.append(sock)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(TIMEOUT)
+        self.name = "%s:%d" % sock.getpeername()
+        return self
 
     # -- MPA
 
-    def _mpa(self, rtr, crc, ird, ord_):
+    def _mpa(self, rtr, crc, ird, ord_, hello):
         p2p = rtr != "none"
         w0 = (0x8000 if p2p else 0) | (0x4000 if rtr == "send" else 0) | ird
         w1 = (0x8000 if rtr == "write" else 0) | ord_
-        pd = struct.pack(">HH", w0, w1) + HELLO
+        pd = struct.pack(">HH", w0, w1) + hello
         flags = (MPA_C if crc else 0) | MPA_S
         self.sock.sendall(KEY_REQ + bytes([flags, 2]) + struct.pack(">H", len(pd)) + pd)
-        try:
-            hdr = self.recv_exact(20)
-        except Closed as e:
-            raise SetupError("connection closed (%s) instead of an MPA Reply" % e.how) from e
-        if hdr[:16] != KEY_REP:
-            raise SetupError("no MPA Reply key: %r" % hdr[:16])
-        flags, rev, pd_len = hdr[16], hdr[17], struct.unpack(">H", hdr[18:20])[0]
-        pd = self.recv_exact(pd_len) if pd_len else b""
+        flags, rev, pd = self.recv_mpa_frame(KEY_REP, "Reply")
+        pd_len = len(pd)
         if flags & MPA_R:
             raise SetupError("MPA Reply rejects the connection: private data %r" % pd)
         if flags & MPA_M:
@@ -267,6 +281,17 @@ class Conn:
                 self.send_raw(fpdu(self.untagged(OP_SEND, QN_SEND)))
             else:
                 raise SetupError("the responder does not accept a %s RTR" % rtr)
+
+    def recv_mpa_frame(self, key, what):
+        """The peer's MPA Request or Reply (by its key): (flags, rev, private data)."""
+        try:
+            hdr = self.recv_exact(20)
+        except Closed as e:
+            raise SetupError("connection closed (%s) instead of an MPA %s" % (e.how, what)) from e
+        if hdr[:16] != key:
+            raise SetupError("no MPA %s key: %r" % (what, hdr[:16]))
+        flags, rev, pd_len = hdr[16], hdr[17], struct.unpack(">H", hdr[18:20])[0]
+        return flags, rev, self.recv_exact(pd_len) if pd_len else b""
 
     # -- raw I/O
 
@@ -672,6 +697,57 @@ def case_read_wrong_pd(args, log):
     return verdict + "; A unharmed"
 
 
+def global_conn(args, log):
+    """A connection whose server-side PD has IB_PD_UNSAFE_GLOBAL_RKEY, with an
+    unsealed target region; returns (conn, the target's DMA address, the
+    global rkey, the target's length)."""
+    c = Conn(args.addr, args.port, log, rtr=args.rtr, hello=HELLO_GLOBAL_RKEY)
+    kind, a = c.request(K_TARGET, REGION, SEED, ACC_READ | ACC_WRITE, 0)
+    if kind != K_TARGET_IS:
+        raise SetupError("target request answered with type %d" % kind)
+    kind, a = c.request(K_GLOBAL_KEY)
+    if kind != K_TARGET_IS or a[1] == 0 or a[0] == 0:
+        raise SetupError("no global rkey: type %d %r" % (kind, a))
+    log("global rkey %#x; the target at DMA address %#x, %d octets" % (a[1], a[0], a[2]))
+    return c, a[0], a[1], a[2]
+
+
+# Addresses no kernel memory has: in the first page (never mapped), and
+# non-canonical.
+WILD_LOW = 0x10
+WILD_NONCANONICAL = 0xDEAD000000000000
+
+
+def case_global_rkey(args, log):
+    """No hostility: under the server PD's global rkey, an RDMA Write into its
+    target region by DMA address and a Read of it back (proves that the
+    address and the key are right, so the wild cases test only the address)."""
+    c, addr, gkey, n = global_conn(args, log)
+    data = pattern_bytes(SEED_B, 0, 256)
+    c.write(gkey, addr, data)
+    c.verify(256, SEED_B)
+    got = c.read(SINK_STAG, 0x1000, 256, gkey, addr)
+    if got != data:
+        raise Mismatch("Read Response data differ from what was written")
+    c.close_clean()
+    return "Write, Verify, Read of 256 octets under the global rkey, orderly close"
+
+
+def case_global_write_wild(args, log):
+    """RDMA Write of 64 octets under the global rkey at DMA address 0x10,
+    where no kernel memory is."""
+    c, addr, gkey, n = global_conn(args, log)
+    return expect_terminate(c, args.expect, c.write(gkey, WILD_LOW, against(SEED, 64)), log)
+
+
+def case_global_read_wild(args, log):
+    """RDMA Read Request of 64 octets under the global rkey from a
+    non-canonical DMA address."""
+    c, addr, gkey, n = global_conn(args, log)
+    off = c.read_request(SINK_STAG, 0, 64, gkey, WILD_NONCANONICAL)
+    return expect_terminate(c, args.expect, off, log)
+
+
 @hostile
 def case_read_beyond(c, iova, rkey, n):
     """RDMA Read Request of 64 octets at the last 32 of the region."""
@@ -922,6 +998,11 @@ def run_case(args, name, expect):
     if fn is None:
         print("unknown case %r (--list)" % name, flush=True)
         return 2
+    return run_fn(args, fn, expect)
+
+
+def run_fn(args, fn, expect):
+    """Runs the case function fn(args, log), printing its log; returns its status."""
     args.expect = expect
     start = time.monotonic()
 
@@ -966,6 +1047,54 @@ def serve(args):
     return 0
 
 
+# ---------------------------------------------------------------- responder
+
+
+def respond(args, log):
+    """--respond ird|rtr: listen on --addr:--port, answer one MPA Request with
+    an RFC 6581 enhanced Reply the initiator cannot comply with, and check what
+    the initiator does then (RFC 6581 section 8): one Terminate, its first FPDU,
+    with the Layer/EType/Code of --expect, then the end of the connection.
+      ird: the Reply's ORD is one more than the Request's IRD (2/0/0x06);
+      rtr: peer-to-peer mode with no RTR type offered (2/0/0x07).
+    The Reply has C=1, so the Terminate carries a CRC. Prints "listening"
+    once connections are taken; the status is that of a case."""
+    ls = socket.socket()
+    OPEN.append(ls)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((args.addr, args.port))
+    ls.listen(1)
+    ls.settimeout(120)
+    print("listening", flush=True)
+    try:
+        sock, _ = ls.accept()
+    except socket.timeout as e:
+        raise SetupError("no connection within 120 s") from e
+    conn = Conn.accepted(sock, log)
+    flags, rev, pd = conn.recv_mpa_frame(KEY_REQ, "Request")
+    if rev != 2 or not flags & MPA_S or len(pd) < 4:
+        raise SetupError("not an enhanced revision 2 Request: flags %#x rev %d" % (flags, rev))
+    w0, w1 = struct.unpack(">HH", pd[:4])
+    ird, ord_ = w0 & IRD_ORD_MAX, w1 & IRD_ORD_MAX
+    p2p = bool(w0 & 0x8000)
+    log("mpa: %s: request flags %#x ird %d ord %d p2p %d rtr bits %#x" % (
+        conn.name, flags, ird, ord_, p2p, (w0 & 0x4000) | (w1 & 0xC000)))
+    if args.respond == "ird":
+        if ird >= IRD_ORD_MAX - 1:
+            raise SetupError("the Request's IRD %#x leaves no larger ORD" % ird)
+        # Our IRD is their ORD and we accept their RTR types; only our ORD is too deep.
+        r0, r1 = (w0 & 0xC000) | ord_, (w1 & 0xC000) | (ird + 1)
+    else:
+        if not p2p:
+            raise SetupError("the Request does not ask for peer-to-peer mode")
+        r0, r1 = 0x8000 | ord_, ird
+    rpd = struct.pack(">HH", r0, r1)
+    log("mpa: reply ird %d ord %d p2p %d rtr bits %#x" % (
+        r0 & IRD_ORD_MAX, r1 & IRD_ORD_MAX, bool(r0 & 0x8000), (r0 & 0x4000) | (r1 & 0xC000)))
+    conn.send_raw(KEY_REP + bytes([MPA_C | MPA_S, 2]) + struct.pack(">H", len(rpd)) + rpd)
+    return expect_terminate(conn, args.expect, b"", log)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("case", nargs="?", help="what to send (--list)")
@@ -978,12 +1107,16 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--serve", action="store_true", help="run the cases named on stdin")
+    ap.add_argument("--respond", choices=("ird", "rtr"),
+                    help="be the responder: a Reply the initiator must Terminate (see respond)")
     args = ap.parse_args()
     if args.self_test:
         self_test()
         return 0
     if args.serve:
         return serve(args)
+    if args.respond:
+        return run_fn(args, respond, args.expect)
     if args.list or not args.case:
         for name, fn in CASES.items():
             print("%-20s %s" % (name, " ".join((fn.__doc__ or "").split())))

@@ -14,6 +14,9 @@ pub(crate) const MSG_LEN: usize = 48;
 pub(crate) const GUARD: usize = 64;
 /// Private data a client connects with.
 pub(crate) const HELLO: &[u8; 8] = b"RSIWULP1";
+/// Private data of a client that wants its server connection's PD allocated with
+/// `IB_PD_UNSAFE_GLOBAL_RKEY` (see [`Kind::GlobalKey`]); otherwise like [`HELLO`].
+pub(crate) const HELLO_GLOBAL_RKEY: &[u8; 8] = b"RSIWULPG";
 /// Private data of a connect request the server must reject; the rest is echoed back.
 pub(crate) const REJECT_ME: &[u8; 8] = b"REJECTME";
 /// Private data of the server's rejection, followed by the echoed bytes.
@@ -45,6 +48,10 @@ pub(crate) enum Kind {
     SendMe = 7,
     /// Client: invalidate the target MR, rotate its key and register it again.
     Rotate = 8,
+    /// Client: the connection PD's global rkey. Answered with [`Kind::TargetIs`]: `a` the
+    /// target region's DMA address (0 without a target), `b` the PD's `unsafe_global_rkey`
+    /// (0 unless the client connected with [`HELLO_GLOBAL_RKEY`]), `c` the target's length.
+    GlobalKey = 9,
 }
 
 impl Kind {
@@ -58,6 +65,7 @@ impl Kind {
             6 => Kind::Status,
             7 => Kind::SendMe,
             8 => Kind::Rotate,
+            9 => Kind::GlobalKey,
             _ => return None,
         })
     }

@@ -26,7 +26,9 @@
 //! message cut short by the close) count as `srq_flushed`. Queued slots must never be flushed by
 //! a QP's error: they stay for the other connections (`selftests/srq.sh`).
 
-use crate::proto::{guard, status, Kind, Msg, GUARD, HELLO, MSG_LEN, REJECTED, REJECT_ME};
+use crate::proto::{
+    guard, status, Kind, Msg, GUARD, HELLO, HELLO_GLOBAL_RKEY, MSG_LEN, REJECTED, REJECT_ME,
+};
 use crate::region::Region;
 use crate::OWNER;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -389,7 +391,9 @@ impl CmHandler for ServerCm {
             }
             return;
         }
-        if !event.private_data.starts_with(HELLO) {
+        if !event.private_data.starts_with(HELLO)
+            && !event.private_data.starts_with(HELLO_GLOBAL_RKEY)
+        {
             let _ = req.reject(b"BADHELLO");
             shared.stats.lock().rejected += 1;
             return;
@@ -424,7 +428,11 @@ fn accept(shared: &Arc<Shared>, req: ConnRequest<'_, ServerCm>, event: &CmEvent<
     let dev = req.device().ok_or(EINVAL)?;
     let caps = dev.caps();
     let srq = server_srq(shared, dev)?;
-    let pd = Pd::new(dev, OWNER)?;
+    let pd = if event.private_data.starts_with(HELLO_GLOBAL_RKEY) {
+        Pd::new_unsafe_global_rkey(dev, OWNER)?
+    } else {
+        Pd::new(dev, OWNER)?
+    };
     let conn = Arc::pin_init(
         pin_init!(SConn {
             work <- new_work!("SConn::work"),
@@ -597,6 +605,15 @@ impl ConnRes {
                         self.reply_status(status::FAILED, err.to_errno().unsigned_abs().into(), 1)
                     }
                 }
+            }
+            Kind::GlobalKey => {
+                self.post_ctrl_recv()?;
+                let (addr, len) = match (&self.target, &self.mr) {
+                    (Some(t), Some(mr)) => (mr.iova(), t.len.try_into()?),
+                    _ => (0, 0),
+                };
+                let rkey = self.pd.unsafe_global_rkey();
+                self.reply(Msg::new(Kind::TargetIs, [addr, rkey.into(), len, 0, 0]))
             }
             Kind::Rotate => {
                 self.post_ctrl_recv()?;

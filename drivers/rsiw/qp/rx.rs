@@ -132,10 +132,11 @@ impl RxState {
 /// RDMAP remote protection errors).
 pub(super) fn read_source_error(e: AccessError) -> TermError {
     TermError::RdmapProtection(match e {
-        AccessError::InvalidStag | AccessError::Fault => RdmapProtection::InvalidStag,
+        AccessError::InvalidStag => RdmapProtection::InvalidStag,
         AccessError::WrongPd => RdmapProtection::StagNotAssociated,
         AccessError::Rights => RdmapProtection::AccessRights,
-        AccessError::Bounds => RdmapProtection::BaseBounds,
+        // The STag is valid; the address lies outside the memory it reaches.
+        AccessError::Bounds | AccessError::Fault => RdmapProtection::BaseBounds,
         AccessError::ToWrap => RdmapProtection::ToWrap,
     })
 }
@@ -144,11 +145,9 @@ pub(super) fn read_source_error(e: AccessError) -> TermError {
 /// errors; a missing right is an RDMAP protection error, RFC 5040 §7.1).
 fn tagged_error(e: AccessError) -> TermError {
     match e {
-        AccessError::InvalidStag | AccessError::Fault => {
-            TermError::DdpTagged(DdpTagged::InvalidStag)
-        }
+        AccessError::InvalidStag => TermError::DdpTagged(DdpTagged::InvalidStag),
         AccessError::WrongPd => TermError::DdpTagged(DdpTagged::StagNotAssociated),
-        AccessError::Bounds => TermError::DdpTagged(DdpTagged::BaseBounds),
+        AccessError::Bounds | AccessError::Fault => TermError::DdpTagged(DdpTagged::BaseBounds),
         AccessError::ToWrap => TermError::DdpTagged(DdpTagged::ToWrap),
         AccessError::Rights => TermError::RdmapProtection(RdmapProtection::AccessRights),
     }

@@ -200,22 +200,32 @@ impl KernelRange {
     }
 }
 
-/// Proof that a consumer asked for a DMA memory region (`get_dma_mr`): local access to all
-/// kernel memory, addressed by DMA address, which for a virtual-DMA device is the kernel
-/// virtual address.
+/// Proof that a consumer asked for a DMA memory region (`get_dma_mr`): access to all kernel
+/// memory, addressed by DMA address, which for a virtual-DMA device is the kernel virtual
+/// address. With remote rights (a PD's `IB_PD_UNSAFE_GLOBAL_RKEY`) the peer picks those
+/// addresses; the consumer opted into that, but an address outside the kernel's direct map
+/// is still refused rather than dereferenced.
 ///
 /// Only the core's `get_dma_mr` callback creates one. The driver keeps it with the region and
 /// resolves addresses of work requests that use the region's key with [`AllMemory::range`].
 pub struct AllMemory(());
 
 impl AllMemory {
-    /// The `len` bytes at DMA address `addr` of the region.
+    /// The `len` bytes at DMA address `addr` of the region, or `EFAULT` if any of its pages is
+    /// not in the kernel's direct map.
     ///
     /// The consumer that created the region hands the device only addresses it mapped with
-    /// `ib_dma_map_*` and keeps them valid until the work requests using them complete.
+    /// `ib_dma_map_*` and keeps them valid until the work requests using them complete; a peer
+    /// using the region's rkey may name any address, which is why it is checked.
     pub fn range(&self, addr: u64, len: usize) -> Result<KernelRange> {
+        // SAFETY: The helper only computes with the two numbers and the kernel's memory map;
+        // it dereferences nothing.
+        if !unsafe { bindings::rsiw_direct_map_valid(addr, len) } {
+            return Err(EFAULT);
+        }
         // SAFETY: Holding `self` shows the consumer registered all kernel memory for this
-        // device; addresses under the region's key are its mapped buffers (see above).
+        // device, and the range lies in the direct map (checked above), where every buffer it
+        // mapped lives.
         unsafe { KernelRange::new(addr, len) }
     }
 }

@@ -66,11 +66,30 @@ unsafe impl Sync for Pd {}
 impl Pd {
     /// Allocates a PD on `dev`. `owner` names the ULP in `rdma resource show`.
     pub fn new(dev: &Device, owner: &'static CStr) -> Result<Arc<Self>> {
+        Self::alloc(dev, 0, owner)
+    }
+
+    /// Allocates a PD on `dev` with `IB_PD_UNSAFE_GLOBAL_RKEY`: the core gives it a DMA memory
+    /// region with remote rights, whose rkey ([`Pd::unsafe_global_rkey`]) lets any peer that
+    /// learns it read and write kernel memory by DMA address, as nvme-rdma's
+    /// `register_always=N` does. The core logs a warning naming `owner`.
+    pub fn new_unsafe_global_rkey(dev: &Device, owner: &'static CStr) -> Result<Arc<Self>> {
+        Self::alloc(dev, bindings::ib_pd_flags_IB_PD_UNSAFE_GLOBAL_RKEY, owner)
+    }
+
+    fn alloc(dev: &Device, flags: u32, owner: &'static CStr) -> Result<Arc<Self>> {
         // SAFETY: `dev` is a registered device; `owner` is a static C string the core keeps.
-        let pd = unsafe { bindings::__ib_alloc_pd(dev.as_raw(), 0, owner.as_char_ptr()) };
+        let pd = unsafe { bindings::__ib_alloc_pd(dev.as_raw(), flags, owner.as_char_ptr()) };
         let pd = NonNull::new(from_err_ptr(pd)?).ok_or(ENOMEM)?;
         // INVARIANT: `pd` was just allocated.
         Ok(Arc::new(Pd { pd }, GFP_KERNEL)?)
+    }
+
+    /// The rkey of the PD's global DMA region, or 0 if it was not allocated with
+    /// [`Pd::new_unsafe_global_rkey`].
+    pub fn unsafe_global_rkey(&self) -> u32 {
+        // SAFETY: By the type invariant the PD is valid; the field is set at allocation.
+        unsafe { (*self.as_raw()).unsafe_global_rkey }
     }
 
     /// Returns the raw `ib_pd` pointer.

@@ -18,7 +18,15 @@ tally() { # file with a last line "<what>: N passed, N failed"
 	failed=$((failed + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")))
 }
 
+# Where the time goes, for CI logs: "# check: WHAT took N s".
+phase_t0=$SECONDS
+took() {
+	echo "# check: $1 took $((SECONDS - phase_t0)) s"
+	phase_t0=$SECONDS
+}
+
 scripts/deps.sh || die "installing dependencies failed"
+took "dependencies"
 out=$(mktemp -d)
 
 # The host tests run beside the kernel build: on a fresh machine they spend
@@ -52,7 +60,9 @@ selected() {
 }
 
 if scripts/kernel.sh >/dev/null && scripts/module.sh; then
+	took "kernel and module build"
 	host_done
+	took "rest of the host tests"
 	pair=0
 	selected selftests/pair pair && pair=1
 	# With no single-VM test selected but a pair test, only the pair run; with
@@ -60,11 +70,13 @@ if scripts/kernel.sh >/dev/null && scripts/module.sh; then
 	if selected selftests '@(lib|ulp-setup|host-*)' || ((!pair)); then
 		qemu/run-tests.sh 2>&1 | tee "$out/vm"
 		tally "$out/vm" "vm selftests"
+		took "vm selftests"
 	fi
 	# The two-VM tests (interop with the C siw): qemu/run-pair-tests.sh.
 	if ((pair)); then
 		qemu/run-pair-tests.sh 2>&1 | tee "$out/pair"
 		tally "$out/pair" "pair selftests"
+		took "pair selftests"
 	fi
 else
 	host_done
@@ -73,5 +85,6 @@ else
 fi
 
 rm -rf "$out"
+echo "# check: $SECONDS s in all"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ] && [ "$passed" -gt 0 ]

@@ -226,7 +226,11 @@ setup_terminate() {
 		"$desc: no socket, CM id or QP left" "$left" "QPs on rsiw0 before $qps, now $(qp_count)"
 }
 setup_terminate ird 2/0/0x06 20893 "an ORD above rsiw's IRD"
+# An RTR needs peer-to-peer mode, which rsiw asks for only when told which RTR.
+mpa=/sys/kernel/debug/rsiw/mpa
+tap_check "rsiw asks for a Write RTR" sh -c "echo rtr=write >$mpa"
 setup_terminate rtr 2/0/0x07 20894 "no RTR type rsiw can send"
+tap_check "rsiw back to no RTR" sh -c "echo rtr=none >$mpa"
 
 sleep 2
 stop_bg

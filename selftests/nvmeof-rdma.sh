@@ -26,7 +26,7 @@ dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:22 ip=198.18.0.1 svcid=$NVME_RDMA_PORT
 nqn=nqn.2014-08.org.rsiw:selftest-nvmeof
 NVME_CYCLES=${NVME_CYCLES:-50}
 # fio jobs: rw:bs:size, on each namespace.
-NVME_FIO=${NVME_FIO:-randwrite:4k:8m write:64k:32m write:1m:128m}
+NVME_FIO=${NVME_FIO:-randwrite:4k:4m write:64k:16m write:1m:64m}
 # How long a disconnect may take to free the target's QPs with SRQs.
 NVME_SRQ_DRAIN_MAX=${NVME_SRQ_DRAIN_MAX:-20}
 

@@ -10,7 +10,8 @@
 # line is "vm: N passed, M failed", counting test files. Exits non-zero on any
 # failure. Logs stay in results/<run>/ (results/latest points at the newest).
 # Environment: TESTS (glob on the test name without .sh), RSIW_MODULE,
-# RSIW_LINK_TYPE and RSIW_KO (passed to the tests), SELFTESTS_DIR (where the
+# RSIW_LINK_TYPE, RSIW_KO and the tests' size knobs NFS_* and NVME_* (passed
+# to the tests), SELFTESTS_DIR (where the
 # tests are, default selftests/), VM_BOOT_TIMEOUT (s, default 300),
 # VM_TEST_SLACK (s a test may overrun its own timeout before the VM is
 # killed, default 120), VM_TOTAL_TIMEOUT (s, default: boot + the sum of the
@@ -213,7 +214,8 @@ total=${VM_TOTAL_TIMEOUT:-$total}
 
 echo "# vm: $(basename "$kdir"), TCG, $VM_CPUS cpus, $VM_MEMORY; ${#tests[@]} test(s); module ${RSIW_MODULE:-rsiw}, link type ${RSIW_LINK_TYPE:-rsiw}; logs in ${run#"$RSIW_ROOT"/}"
 env_args=()
-for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO; do
+# The tests' size knobs (NFS_*, NVME_*: see the tests) go along too.
+for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO $(compgen -v | grep -E '^(NFS|NVME)_'); do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
 done
 vm_lock

@@ -166,11 +166,12 @@ vm_quote() {
 	echo "${out% }"
 }
 
-# vm_test_timeout FILE: the seconds a selftest may run, from a "# timeout: N"
-# line among its first 20 lines; 300 without one.
+# vm_test_timeout FILE: the seconds a selftest may run, from its first
+# "# timeout: N" line (anywhere: a header that grew past a fixed number of
+# lines once silently dropped a test to the default); 300 without one.
 vm_test_timeout() {
 	local t
-	t=$(head -n 20 "$1" | sed -nE 's/^# timeout: *([0-9]+) *$/\1/p' | head -n 1)
+	t=$(sed -nE 's/^# timeout: *([0-9]+) *$/\1/p' "$1" | head -n 1)
 	echo "${t:-300}"
 }
 

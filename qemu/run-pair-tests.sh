@@ -25,7 +25,8 @@
 # the files the halves exchanged; modules/ the modules both VMs loaded.
 # Environment: TESTS (glob on the test name, default *), PAIR_SELFTESTS_DIR
 # (where the tests are, default selftests/pair), RSIW_KO and ULP_KO
-# (the modules; copied into the run directory first), PAIR_VM_CPUS (vCPUs per
+# (the modules; copied into the run directory first), the tests' knobs
+# INTEROP_*, NFS_* and NVME_* (passed to both halves), PAIR_VM_CPUS (vCPUs per
 # VM, default 1: two TCG guests share the host), PAIR_VM_MEMORY (default 2G:
 # kmemleak scans it all after each test), VM_BOOT_TIMEOUT (s, default 300),
 # VM_TEST_SLACK (s a test may overrun its own timeout, default 120),
@@ -201,6 +202,11 @@ boot_vm() {
 		PAIR_PEER_ADDR="${ADDR[$([ "$role" = a ] && echo b || echo a)]}"
 		PAIR_SYNC="$run/sync" PAIR_RESULTS="$run/$role")
 	env_args+=(RSIW_KO="$RSIW_KO" ULP_KO="$ULP_KO")
+	# The tests' knobs (INTEROP_MODES, NFS_*, NVME_*: see the tests), to both halves alike.
+	local v
+	for v in $(compgen -v | grep -E '^(INTEROP|NFS|NVME)_'); do
+		env_args+=("$v=${!v}")
+	done
 	vm_start "$run/$role/console.log" --rwdir "$run" --name "rsiw-$role" \
 		--qemu-opts "-netdev socket,id=pair0,$2 -device virtio-net-pci,netdev=pair0,mac=${MAC[$role]}" -- \
 		env "${env_args[@]}" "$RSIW_ROOT/qemu/guest-runner.sh" "$run/$role" "${tests[@]}"

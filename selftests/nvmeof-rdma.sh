@@ -224,16 +224,16 @@ fi
 # DMA MR with remote rights (anchor row 29).
 tap_check "unload nvme-rdma" timeout 60 modprobe -r nvme-rdma
 tap_check "load nvme-rdma register_always=N" ulp_modprobe nvme-rdma register_always=N
-if tap_check "global rkey: nvme connect" nvme_connect "$ip" "$svcid" "$nqn"; then
+if tap_check "no host MRs: nvme connect" nvme_connect "$ip" "$svcid" "$nqn"; then
 	pds=$(timeout 20 rdma res show pd dev "$dev" 2>&1)
-	tap_match "global rkey: a PD on $dev has an unsafe global rkey" "unsafe_global_rkey 0x" "$pds"
+	tap_match "no host MRs: a PD on $dev has an unsafe global rkey" "unsafe_global_rkey 0x" "$pds"
 	mapfile -t ns < <(nvme_namespaces "$nqn")
 	for i in "${!ns[@]}"; do
-		run_fio "global rkey: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" randwrite 4k 4m
-		run_fio "global rkey: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" write 64k 16m
+		run_fio "no host MRs: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" randwrite 4k 4m
+		run_fio "no host MRs: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" write 64k 16m
 	done
-	tap_check "global rkey: nvme disconnect" nvme_disconnect "$nqn"
-	tap_wait "global rkey: QPs gone" 120 ulp_no_qps "$dev"
+	tap_check "no host MRs: nvme disconnect" nvme_disconnect "$nqn"
+	tap_wait "no host MRs: QPs gone" 120 ulp_no_qps "$dev"
 fi
 
 tap_check "remove the port" nvmet_port_del 1 "$nqn"

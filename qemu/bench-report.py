@@ -2,7 +2,8 @@
 """make bench's report: reads raw.csv and env written by qemu/guest-bench.sh in
 one results directory and writes there results.csv, results.json and
 results.png (a bar chart, when matplotlib is available), then prints the table
-with the ratios rsiw/siw and rsiw/TCP.
+with the ratios rsiw/siw (CRC on for both, and off for both) and rsiw/TCP, and
+whether the speed goals hold.
 
 Usage: bench-report.py RESULTS_DIR [HOST_CPU]
 """
@@ -13,6 +14,9 @@ import sys
 
 ORDER = ["ulp-write", "ulp-read", "ulp-send", "nfs-seqwrite", "nfs-seqread",
          "nfs-randread", "nvme-seqwrite", "nvme-seqread", "nvme-randread"]
+# (driver in raw.csv, column name)
+DRIVERS = [("siw", "siw_crc_MBps"), ("rsiw", "rsiw_crc_MBps"),
+           ("siw-nocrc", "siw_nocrc_MBps"), ("rsiw-nocrc", "rsiw_nocrc_MBps")]
 
 
 def size_name(n):
@@ -20,6 +24,22 @@ def size_name(n):
     if n >= 1 << 20:
         return "%d MiB" % (n >> 20)
     return "%d KiB" % (n >> 10)
+
+
+def ratio(a, b):
+    return round(a / b, 2) if a is not None and b else None
+
+
+def goals(rows, tcp):
+    """The issue's speed goals, each with the rows that miss it."""
+    out = []
+    miss = [r for r in rows if (r["crc_rsiw_over_siw"] or 0) < 1.0]
+    out.append(("rsiw/siw >= 1.0 on every row (CRC on for both)", miss))
+    miss = [r for r in rows if r["size"] >= 64 << 10 and (r["crc_rsiw_over_siw"] or 0) < 1.2]
+    out.append(("rsiw/siw >= 1.2 at 64 KiB and above (CRC on for both)", miss))
+    miss = [r for r in rows if r["size"] >= 1 << 20 and (r["crc_rsiw_over_tcp"] or 0) < 0.8]
+    out.append(("rsiw (CRC) at 1 MiB >= 0.8 of iperf3", miss if tcp else rows))
+    return out
 
 
 def main():
@@ -43,27 +63,25 @@ def main():
     keys = sorted({(w, s) for (w, s, d) in mbps if w != "iperf3"},
                   key=lambda k: (ORDER.index(k[0]) if k[0] in ORDER else 99, k[1]))
     for w, s in keys:
-        siw = mbps.get((w, s, "siw"))
-        rs = mbps.get((w, s, "rsiw"))
-        rs0 = mbps.get((w, s, "rsiw-nocrc"))
-
-        def ratio(a, b):
-            return round(a / b, 2) if a is not None and b else None
-
-        rows.append({
-            "workload": w, "size": s, "siw_MBps": siw, "rsiw_crc_MBps": rs,
-            "rsiw_nocrc_MBps": rs0,
-            "rsiw_crc_over_siw": ratio(rs, siw),
-            "rsiw_nocrc_over_siw": ratio(rs0, siw),
-            "rsiw_crc_over_tcp": ratio(rs, tcp) if s >= 1 << 20 else None,
-        })
+        r = {"workload": w, "size": s}
+        for drv, col in DRIVERS:
+            r[col] = mbps.get((w, s, drv))
+        r["crc_rsiw_over_siw"] = ratio(r["rsiw_crc_MBps"], r["siw_crc_MBps"])
+        r["nocrc_rsiw_over_siw"] = ratio(r["rsiw_nocrc_MBps"], r["siw_nocrc_MBps"])
+        r["crc_rsiw_over_tcp"] = ratio(r["rsiw_crc_MBps"], tcp) if s >= 1 << 20 else None
+        rows.append(r)
+    met = goals(rows, tcp)
     with open(os.path.join(out, "results.csv"), "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()) if rows else ["workload"])
         wr.writeheader()
         for r in rows:
             wr.writerow(r)
     with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump({"env": env, "tcp_iperf3_MBps": tcp, "rows": rows}, f, indent=2)
+        json.dump({"env": env, "tcp_iperf3_MBps": tcp, "rows": rows,
+                   "goals": [{"goal": g, "met": not m,
+                              "missed_by": ["%s %s" % (r["workload"], size_name(r["size"]))
+                                            for r in m]} for g, m in met]},
+                  f, indent=2)
 
     def fmt(v, ratio=False):
         if v is None:
@@ -74,18 +92,25 @@ def main():
     print("kernel %s; guest CPU %s x%s; host CPU %s" % (
         env.get("kernel", "?"), env.get("guest_cpu", "?"), env.get("guest_cpus", "?"),
         host_cpu or "?"))
-    print("CRC: rsiw as labelled; siw-siw runs without CRC (%s)" % env.get("siw_crc", ""))
+    print("CRC: %s" % env.get("crc", "?"))
     print("%s s per measurement, best of %s; iperf3 (TCP ceiling): %s MB/s" % (
         env.get("secs", "?"), env.get("rounds", "?"), fmt(tcp)))
     print()
-    hdr = ("workload", "size", "siw", "rsiw crc", "rsiw no-crc", "crc/siw",
-           "no-crc/siw", "crc/TCP")
-    print("%-14s %7s %8s %9s %12s %8s %11s %8s" % hdr)
+    hdr = ("workload", "size", "siw crc", "rsiw crc", "ratio", "siw -", "rsiw -", "ratio",
+           "crc/TCP")
+    line = "%-14s %7s %8s %9s %6s %7s %7s %6s %8s"
+    print(line % hdr)
     for r in rows:
-        print("%-14s %7s %8s %9s %12s %8s %11s %8s" % (
-            r["workload"], size_name(r["size"]), fmt(r["siw_MBps"]), fmt(r["rsiw_crc_MBps"]),
-            fmt(r["rsiw_nocrc_MBps"]), fmt(r["rsiw_crc_over_siw"], True),
-            fmt(r["rsiw_nocrc_over_siw"], True), fmt(r["rsiw_crc_over_tcp"], True)))
+        print(line % (
+            r["workload"], size_name(r["size"]), fmt(r["siw_crc_MBps"]),
+            fmt(r["rsiw_crc_MBps"]), fmt(r["crc_rsiw_over_siw"], True),
+            fmt(r["siw_nocrc_MBps"]), fmt(r["rsiw_nocrc_MBps"]),
+            fmt(r["nocrc_rsiw_over_siw"], True), fmt(r["crc_rsiw_over_tcp"], True)))
+    print("('-': without CRC; ratio: rsiw/siw; crc/TCP: rsiw with CRC over iperf3)")
+    print()
+    for g, m in met:
+        print("goal %s: %s" % (g, "met" if not m else "missed by " + ", ".join(
+            "%s %s" % (r["workload"], size_name(r["size"])) for r in m)))
     print()
     print("written: %s" % ", ".join(os.path.join(out, n) for n in
                                     ("results.csv", "results.json")))
@@ -97,12 +122,12 @@ def main():
         print("no PNG: matplotlib is not installed")
         return 0
     labels = ["%s %s" % (r["workload"], size_name(r["size"])) for r in rows]
-    series = [("siw (no CRC)", "siw_MBps"), ("rsiw CRC", "rsiw_crc_MBps"),
-              ("rsiw no CRC", "rsiw_nocrc_MBps")]
-    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.9), 5))
-    width = 0.27
+    series = [("siw CRC", "siw_crc_MBps"), ("rsiw CRC", "rsiw_crc_MBps"),
+              ("siw no CRC", "siw_nocrc_MBps"), ("rsiw no CRC", "rsiw_nocrc_MBps")]
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 1.0), 5))
+    width = 0.2
     for i, (name, key) in enumerate(series):
-        xs = [j + (i - 1) * width for j in range(len(rows))]
+        xs = [j + (i - 1.5) * width for j in range(len(rows))]
         ax.bar(xs, [r[key] or 0 for r in rows], width, label=name)
     if tcp:
         ax.axhline(tcp, color="black", linestyle="--", linewidth=1, label="iperf3 TCP")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs inside the VM for `make bench` (qemu/bench.sh): the same workloads on
-# the C siw and on rsiw, one driver after the other for each workload, plus
+# the C siw and on rsiw, each with CRC and without, one driver after the
+# other for each workload, plus
 # iperf3 as the TCP ceiling. Writes OUT/raw.csv (one line a measurement:
 # workload,size,driver,crc,MBps) and OUT/env (kernel, CPU, settings). Progress
 # goes to stdout.
@@ -22,10 +23,10 @@ RSIW_KO=$RSIW_ROOT/drivers/rsiw/rsiw.ko
 ULP_KO=$RSIW_ROOT/selftests/ulp/rsiw_ulp.ko
 ULP=/sys/kernel/debug/rsiw_ulp
 ND=bench0 IP=198.18.0.1
-# rsiw with CRC (its default), rsiw without, and the C siw, which cannot ask
-# for CRC itself (mpa_crc_required is a constant false in siw_main.c), so
-# siw-siw connections run without it.
-DRIVERS=(siw rsiw rsiw-nocrc)
+# Each driver with CRC and without. The C siw never asks for CRC upstream;
+# scripts/siw-crc-knob.sh gives our kernel's siw the module parameter
+# mpa_crc_required for its CRC runs (default off, as upstream).
+DRIVERS=(siw rsiw siw-nocrc rsiw-nocrc)
 
 # shellcheck source=../selftests/ulp-setup.sh
 . "$RSIW_ROOT/selftests/ulp-setup.sh"
@@ -33,8 +34,8 @@ trap 'ulp_cleanup; link_down' EXIT
 
 say() { printf '[bench] %s\n' "$*"; }
 record() { # WORKLOAD SIZE DRIVER MBPS
-	local crc=0
-	[ "$3" = rsiw ] && crc=1
+	local crc=1
+	[[ $3 == *-nocrc || $3 == tcp ]] && crc=0
 	printf '%s,%s,%s,%s,%s\n' "$1" "$2" "$3" "$crc" "$4" >>"$OUT/raw.csv"
 	say "$1 $2 $3: $4 MB/s"
 }
@@ -43,15 +44,21 @@ wanted() { [[ $1 =~ $ONLY ]]; }
 modprobe dummy
 ip link add "$ND" type dummy && ip addr add "$IP/24" dev "$ND" && ip link set "$ND" up || exit 1
 modprobe siw || exit 1
+[ -w /sys/module/siw/parameters/mpa_crc_required ] || {
+	say "siw has no mpa_crc_required parameter (scripts/siw-crc-knob.sh did not run on this kernel)"
+	exit 1
+}
 insmod "$RSIW_KO" || exit 1
 mount -t debugfs none /sys/kernel/debug 2>/dev/null
 
 # link_up DRIVER: the RDMA device of DRIVER (siw, rsiw, rsiw-nocrc) on $ND.
 link_up() {
 	local type=${1%-nocrc} crc=1
-	[ "$1" = rsiw-nocrc ] && crc=0
+	[[ $1 == *-nocrc ]] && crc=0
 	if [ "$type" = rsiw ]; then
 		echo "rev=2 crc=$crc markers=0 rtr=write" >/sys/kernel/debug/rsiw/mpa || return
+	else
+		echo "$crc" >/sys/module/siw/parameters/mpa_crc_required || return
 	fi
 	rdma link add "${type}0" type "$type" netdev "$ND" || return
 	LINK=${type}0
@@ -69,7 +76,7 @@ link_down() {
 	echo "secs=$SECS"
 	echo "rounds=$ROUNDS"
 	echo "rsiw_mpa=$(head -n 1 /sys/kernel/debug/rsiw/mpa 2>/dev/null)"
-	echo "siw_crc=off (C siw never requests CRC: mpa_crc_required is const false)"
+	echo "crc=siw and rsiw with CRC (siw.mpa_crc_required=1), and both without (-nocrc)"
 } >"$OUT/env"
 : >"$OUT/raw.csv"
 
@@ -182,6 +189,10 @@ for w in ulp nfs nvme; do
 		say "$w on $drv"
 		link_up "$drv" || { say "cannot bring up $drv"; continue; }
 		"${w}_bench" "$drv" || say "$w on $drv failed"
+		if [[ $drv == rsiw* ]]; then
+			# What the connections negotiated and how payload went out.
+			{ echo "# after $w on $drv"; cat /sys/kernel/debug/rsiw/mpa; } >>"$OUT/rsiw-counters"
+		fi
 		link_down
 		# Let the RDMA core finish removing the device before the next one.
 		sleep 1

@@ -41,9 +41,10 @@ if [ ! -f .config ] || [ ! -f .rsiw-configured ]; then
 fi
 
 "$RSIW_ROOT/scripts/wire-rust.sh" "$KDIR"
+"$RSIW_ROOT/scripts/siw-crc-knob.sh" "$KDIR"
 
 if [ ! -f arch/x86/boot/bzImage ]; then
-	progress "building kernel $KVER with LLVM=1 (first time: ~20 min on 2 cores)"
+	progress "building kernel $KVER with LLVM=1 (first time: ~15 min on 2 cores)"
 else
 	progress "rebuilding kernel $KVER incrementally"
 fi

@@ -131,8 +131,8 @@ bench "large_fpdu=0"
 bench "large_fpdu=1"
 
 tap_check "restore the default MPA mode" sh -c "echo '$base large_fpdu=1' > $mpa"
-tap_match "the mpa file shows large_fpdu=1 at the end of its first line" \
-	"^rev=2 crc=1 markers=0 rtr=none large_fpdu=1$" "$(head -n 1 $mpa)"
+tap_match "the mpa file shows the defaults on its first line, large_fpdu=1 among them" \
+	"^rev=2 crc=1 markers=0 rtr=none large_fpdu=1 zerocopy=auto$" "$(head -n 1 $mpa)"
 tap_check_fails "large_fpdu=2 is refused" sh -c "echo 'large_fpdu=2' > $mpa"
 tap_check "stop the server" ulp_ctl stop
 tap_check "rmmod rsiw_ulp" ulp_unload

@@ -3,19 +3,23 @@
 //! Administrator settings for new connections, and counters of what connections negotiated,
 //! in `/sys/kernel/debug/rsiw/mpa`.
 //!
-//! Writing `rev=1|2 crc=0|1 markers=0|1 rtr=none|write|read|send large_fpdu=0|1` (any subset,
-//! any order) changes how later connections are negotiated; reading shows the settings and, per
+//! Writing `rev=1|2 crc=0|1 markers=0|1 rtr=none|write|read|send large_fpdu=0|1
+//! zerocopy=off|auto|on` (any subset, any order) changes how later connections are negotiated
+//! and send payload; reading shows the settings and, per
 //! outcome, how many connections reached RTS, and (third line) how the transmit path sent
 //! payload: by reference or copied, how many zero-copy sends TCP made and released, and how many
-//! FPDUs it sent, how many of them were longer than the socket's MSS then, and the longest.
+//! FPDUs it sent, how many of them were longer than the socket's MSS then, and the longest;
+//! then how the receive path placed payload: straight from the socket's buffers, or through the
+//! bounce buffer (an FPDU whose CRC could not be checked ahead), and how often it waited for the
+//! rest of an FPDU to check its CRC ahead.
 //!
 //! Scripts find each value by its line and key (`awk 'NR == 2 ...'`), so new keys are only ever
 //! appended at the end of a line:
 //!
 //! ```text
-//! rev=2 crc=1 markers=0 rtr=none large_fpdu=1
+//! rev=2 crc=1 markers=0 rtr=none large_fpdu=1 zerocopy=auto
 //! established=N crc=N markers=N rev1=N rtr_write=N rtr_read=N rtr_send=N large_fpdu=N
-//! tx_payload_by_reference=N tx_payload_copied=N zc_sends=N zc_released=N tx_fpdus=N tx_fpdus_over_mss=N tx_fpdu_max=N
+//! tx_payload_by_reference=N tx_payload_copied=N zc_sends=N zc_released=N tx_fpdus=N tx_fpdus_over_mss=N tx_fpdu_max=N rx_payload_direct=N rx_payload_bounced=N rx_waits=N
 //! ```
 //!
 //! The settings live in one atomic word, so the connection manager reads a consistent set
@@ -39,9 +43,11 @@ const MARKERS: u32 = 1 << 2;
 const RTR_SHIFT: u32 = 3;
 const RTR_MASK: u32 = 3 << RTR_SHIFT;
 const NO_LARGE_FPDU: u32 = 1 << 5;
+const NO_ZEROCOPY: u32 = 1 << 6;
+const ZEROCOPY_LOOPBACK: u32 = 1 << 7;
 
 /// The settings word: all zero is the default (revision 2, CRC, no Markers asked for, no RTR,
-/// large FPDUs proposed and agreed to).
+/// large FPDUs proposed and agreed to, payload sent by reference where that pays).
 static SETTINGS: AtomicU32 = AtomicU32::new(0);
 
 /// Connections that reached RTS, by what they negotiated.
@@ -63,6 +69,25 @@ static ZC_RELEASED: AtomicU64 = AtomicU64::new(0);
 static TX_FPDUS: AtomicU64 = AtomicU64::new(0);
 static TX_FPDUS_OVER_MSS: AtomicU64 = AtomicU64::new(0);
 static TX_FPDU_MAX: AtomicU64 = AtomicU64::new(0);
+
+/// Payload bytes placed straight from the socket's buffers, and through the bounce buffer.
+static RX_DIRECT: AtomicU64 = AtomicU64::new(0);
+static RX_BOUNCED: AtomicU64 = AtomicU64::new(0);
+
+/// Times the receive path waited for the rest of an FPDU before checking its CRC.
+static RX_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a wait for the rest of an FPDU.
+pub(crate) fn count_rx_wait() {
+    RX_WAITS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts `n` payload bytes received, placed directly or bounced.
+pub(crate) fn count_rx_payload(bounced: bool, n: usize) {
+    let c = if bounced { &RX_BOUNCED } else { &RX_DIRECT };
+    // CAST: `usize` is at most 64 bits wide.
+    c.fetch_add(n as u64, Ordering::Relaxed);
+}
 
 /// Counts `n` payload bytes sent, by reference or copied.
 pub(crate) fn count_tx_payload(by_reference: bool, n: usize) {
@@ -151,6 +176,24 @@ pub(crate) fn policy(ird: u16, ord: u16) -> MpaPolicy {
     p
 }
 
+/// Whether a new connection may send payload by reference (zero copy), `loopback` telling
+/// whether its peer is on this host; else everything is copied.
+///
+/// `auto` (the default) leaves loopback connections out, where TCP copies zero-copy data on
+/// delivery anyway; `on` includes them (tests use it to exercise zero copy in one VM).
+pub(crate) fn zerocopy(loopback: bool) -> bool {
+    let s = SETTINGS.load(Ordering::Relaxed);
+    s & NO_ZEROCOPY == 0 && (!loopback || s & ZEROCOPY_LOOPBACK != 0)
+}
+
+fn zerocopy_name(s: u32) -> &'static str {
+    match (s & NO_ZEROCOPY != 0, s & ZEROCOPY_LOOPBACK != 0) {
+        (true, _) => "off",
+        (false, false) => "auto",
+        (false, true) => "on",
+    }
+}
+
 /// Counts a connection that reached RTS with `n`.
 pub(crate) fn count(n: &Negotiated) {
     ESTABLISHED.fetch_add(1, Ordering::Relaxed);
@@ -202,6 +245,16 @@ fn apply(s: &mut u32, word: &str) -> Result {
         "crc" => flag(s, NO_CRC, !bool_of(v)?),
         "markers" => flag(s, MARKERS, bool_of(v)?),
         "large_fpdu" => flag(s, NO_LARGE_FPDU, !bool_of(v)?),
+        "zerocopy" => {
+            let (off, loopback) = match v {
+                "off" => (true, false),
+                "auto" => (false, false),
+                "on" => (false, true),
+                _ => return Err(EINVAL),
+            };
+            flag(s, NO_ZEROCOPY, off);
+            flag(s, ZEROCOPY_LOOPBACK, loopback);
+        }
         "rtr" => {
             let code = match v {
                 "none" => 0,
@@ -241,12 +294,13 @@ impl FileHandler for MpaFile {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         writeln!(
             t,
-            "rev={} crc={} markers={} rtr={} large_fpdu={}",
+            "rev={} crc={} markers={} rtr={} large_fpdu={} zerocopy={}",
             if s & REV1 != 0 { 1 } else { 2 },
             u8::from(s & NO_CRC == 0),
             u8::from(s & MARKERS != 0),
             rtr_name(rtr_of(s)),
-            u8::from(s & NO_LARGE_FPDU == 0)
+            u8::from(s & NO_LARGE_FPDU == 0),
+            zerocopy_name(s)
         )
         .map_err(|_| ENOMEM)?;
         writeln!(
@@ -266,14 +320,18 @@ impl FileHandler for MpaFile {
         writeln!(
             t,
             "tx_payload_by_reference={} tx_payload_copied={} zc_sends={} zc_released={} \
-             tx_fpdus={} tx_fpdus_over_mss={} tx_fpdu_max={}",
+             tx_fpdus={} tx_fpdus_over_mss={} tx_fpdu_max={} rx_payload_direct={} \
+             rx_payload_bounced={} rx_waits={}",
             n(&TX_BY_REFERENCE),
             n(&TX_COPIED),
             n(&ZC_SENDS),
             n(&ZC_RELEASED),
             n(&TX_FPDUS),
             n(&TX_FPDUS_OVER_MSS),
-            n(&TX_FPDU_MAX)
+            n(&TX_FPDU_MAX),
+            n(&RX_DIRECT),
+            n(&RX_BOUNCED),
+            n(&RX_WAITS)
         )
         .map_err(|_| ENOMEM)
     }

@@ -53,6 +53,10 @@ struct MrState {
     /// Runs of contiguous pages of the valid registration.
     runs: KVec<Option<KernelRange>>,
     nruns: usize,
+    /// Where the last access ended: a run's index and its start (bytes into the runs). Data
+    /// arrives in order, so the next access mostly starts in the same run: without the hint,
+    /// each access of a large region walked all the runs before it.
+    hint: (usize, u64),
     /// Runs `map_mr_sg` set up for the next `IB_WR_REG_MR` (a consumer may map while the
     /// previous registration is still valid, with its invalidation queued).
     mapped: KVec<Option<KernelRange>>,
@@ -138,7 +142,7 @@ impl MrShared {
         len: u64,
         mut f: impl FnMut(KernelRange) -> Result,
     ) -> Result<(), MapError> {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
         self.check_locked(&st, stag, pd, rights, addr, len)
             .map_err(MapError::Access)?;
         if len == 0 {
@@ -153,23 +157,33 @@ impl MrShared {
             Kind::Frwr => {
                 // Offset into the runs: the region starts `iova % page_size` into them.
                 let lead = st.iova % u64::from(st.page_size.max(1));
-                let mut skip = addr - st.iova + lead;
+                let start = addr - st.iova + lead;
+                let (mut idx, mut run_start) = if start >= st.hint.1 { st.hint } else { (0, 0) };
+                let mut skip = start - run_start;
                 let mut left = len;
-                for run in st.runs.iter().take(st.nruns).flatten() {
-                    if left == 0 {
+                let nruns = st.nruns.min(st.runs.len());
+                while left != 0 && idx < nruns {
+                    let Some(run) = st.runs.get(idx).copied().flatten() else {
                         break;
-                    }
+                    };
                     let rlen = run.len() as u64;
                     if skip >= rlen {
                         skip -= rlen;
+                        run_start += rlen;
+                        idx += 1;
                         continue;
                     }
                     let n = (rlen - skip).min(left);
                     // Both fit in `usize`: they are at most the run's length.
                     let part = run.sub(skip as usize, n as usize).map_err(|_| fault)?;
+                    st.hint = (idx, run_start);
                     f(part).map_err(MapError::Copy)?;
                     left -= n;
                     skip = 0;
+                    if left != 0 {
+                        run_start += rlen;
+                        idx += 1;
+                    }
                 }
                 if left != 0 {
                     return Err(fault);
@@ -264,6 +278,7 @@ fn new_mr(
                     access,
                     runs,
                     nruns: 0,
+                    hint: (0, 0),
                     mapped,
                     nmapped: 0,
                     iova: 0,
@@ -386,6 +401,7 @@ pub(crate) fn register(
         *d = *s;
     }
     st.nruns = st.nmapped;
+    st.hint = (0, 0);
     st.key = key as u8;
     st.access = access;
     st.iova = iova;

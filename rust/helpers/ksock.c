@@ -100,3 +100,22 @@ void rust_helper_put_page(struct page *page)
 {
 	put_page(page);
 }
+
+/*
+ * Whether the socket's cached route leaves through a loopback device, where
+ * MSG_ZEROCOPY data is copied on delivery (skb_orphan_frags_rx).
+ */
+bool rust_helper_ksock_route_is_loopback(struct sock *sk)
+{
+	struct dst_entry *dst = sk_dst_get(sk);
+	bool loopback = dst && dst->dev && (dst->dev->flags & IFF_LOOPBACK);
+
+	dst_release(dst);
+	return loopback;
+}
+
+/* The bytes the peer may still send under the window advertised last. */
+u32 rust_helper_ksock_receive_window(struct sock *sk)
+{
+	return tcp_receive_window(tcp_sk(sk));
+}

@@ -67,8 +67,14 @@ pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
         rx: super::rx::RxState::new(&link.negotiated)?,
         term: None,
         term_sent: false,
-        // Without it everything is sent as copies, which works as well.
-        zc: super::tx::ZcSession::new(qp).ok(),
+        // Without it everything is sent as copies, which works as well. To a peer on this host
+        // zero copy costs more than it saves (TCP copies such data on delivery anyway), so by
+        // default loopback connections copy.
+        zc: if crate::knobs::zerocopy(link.socket.route_is_loopback()) {
+            super::tx::ZcSession::new(qp).ok()
+        } else {
+            None
+        },
     };
     {
         let mut inner = super::lock(qp);

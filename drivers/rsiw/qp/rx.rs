@@ -165,28 +165,43 @@ struct Ahead<'a, 'b> {
     skb: &'a SkbData<'b>,
     /// The chunk's offset in `skb`.
     at: usize,
+    /// How many more bytes the peer may send without the receive window opening
+    /// ([`LockedSock::receive_window`]).
+    window: usize,
 }
 
 /// Data arrived on `qp`'s socket: receive it.
 ///
-/// The QP lock is taken per contiguous chunk, never across `tcp_read_sock`, which may
-/// transmit (an ACK) and so must not run with interrupts off.
+/// The QP lock is taken per socket buffer, never across `tcp_read_sock`, which may transmit
+/// (an ACK) and so must not run with interrupts off. One lock round per buffer rather than per
+/// page-sized chunk of it: on bulk transfers the lock (and its lockdep bookkeeping) otherwise
+/// costs as much as the copy.
 pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     if !receiving(&lock(qp)) {
         return;
     }
     let mut fail = None;
     let mut close = false;
+    // Read once: nothing queued is consumed before a `Flow::Wait` ends the read.
+    let window = sk.receive_window() as usize;
     let _ = sk.read_sock(|skb| {
         let mut used = 0usize;
+        let mut g = lock(qp);
+        if !receiving(&g) {
+            return Consumed::Stop(0);
+        }
         let r = skb.for_each_chunk(|chunk| {
-            let mut g = lock(qp);
-            if !receiving(&g) {
-                return Err(EINVAL);
-            }
-            let ahead = Ahead { skb, at: used };
+            let ahead = Ahead {
+                skb,
+                at: used,
+                window,
+            };
             match process(qp, &mut g, chunk, &ahead) {
                 Ok(Flow::More) => {}
+                Ok(Flow::Wait(n)) => {
+                    used += n;
+                    return Err(EAGAIN);
+                }
                 Ok(Flow::PeerTerminated) => {
                     close = true;
                     return Err(EINVAL);
@@ -271,6 +286,9 @@ fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) -> bool {
 enum Flow {
     /// Go on reading.
     More,
+    /// Stop reading after this many bytes of the chunk: the current FPDU's payload is placed
+    /// once all of it is queued, which the receive window guarantees can happen.
+    Wait(usize),
     /// The peer sent a Terminate: stop, close.
     PeerTerminated,
 }
@@ -310,7 +328,10 @@ fn process(
                 }
             }
             RxEvent::Payload { len, offset } => {
-                decide(inner, ahead, ahead.at + (chunk.len() - input.len()));
+                let at = chunk.len() - input.len();
+                if decide(inner, ahead, ahead.at + at) == Decision::Wait {
+                    return Ok(Flow::Wait(at));
+                }
                 let n = len.min(input.len());
                 let (src, rest) = input.split_at(n);
                 place(qp, inner, src, offset)?;
@@ -326,17 +347,31 @@ fn process(
     }
 }
 
+/// What [`decide`] asks of the reader.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Decision {
+    /// Go on: the segment's placement is decided.
+    Go,
+    /// Stop before the payload and come back when more has arrived.
+    Wait,
+}
+
 /// Picks how the current segment's payload is placed, before its first octet is: with CRC on,
 /// checks the CRC ahead (`pos` is where the payload starts in `ahead.skb`).
-fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) {
+///
+/// An FPDU not all queued yet is waited for, unconsumed, when the receive window lets the peer
+/// send all of the rest: then its CRC is checked ahead once it is complete, and its payload
+/// copied once. Otherwise (a window too small, which waiting would never reopen) it goes
+/// through the bounce buffer.
+fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> Decision {
     let Some(rx) = inner.sess.as_mut().map(|s| &mut s.rx) else {
-        return;
+        return Decision::Go;
     };
     let Some(cur) = rx.cur.as_mut() else {
-        return;
+        return Decision::Go;
     };
     if cur.placement != Placement::Undecided {
-        return;
+        return Decision::Go;
     }
     let places = matches!(
         cur.target,
@@ -351,8 +386,18 @@ fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) {
             // Nothing is placed, or CRC is off.
             Placement::Direct
         };
-        return;
+        return Decision::Go;
     };
+    let queued = ahead.skb.queued_from(pos);
+    if queued < n {
+        if n - queued <= ahead.window {
+            crate::knobs::count_rx_wait();
+            return Decision::Wait;
+        }
+        rx.bounced = 0;
+        cur.placement = Placement::Bounce;
+        return Decision::Go;
+    }
     let crc = KernelCrc32c;
     let body = n.saturating_sub(CRC_LEN);
     let mut reg = rx.stream.lookahead_crc();
@@ -379,6 +424,7 @@ fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) {
             Placement::Bounce
         }
     };
+    Decision::Go
 }
 
 /// Validates a segment's header against the connection state and picks its target.
@@ -572,6 +618,7 @@ fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<
         _ if !places => stream.consume_payload(src, &crc).map_err(|e| e.term()),
         Placement::Discard => stream.consume_payload(src, &crc).map_err(|e| e.term()),
         Placement::Bounce => {
+            crate::knobs::count_rx_payload(true, src.len());
             let end = bounced.saturating_add(src.len());
             match bounce.get_mut(*bounced..end) {
                 Some(dst) => {
@@ -582,6 +629,7 @@ fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<
             }
         }
         Placement::Direct | Placement::Undecided => {
+            crate::knobs::count_rx_payload(false, src.len());
             let mut copy = |s: &[u8], d: &mut [u8]| -> Result {
                 stream.copy_payload(s, d, &crc).map_err(|_| EINVAL)
             };

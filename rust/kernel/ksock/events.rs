@@ -133,6 +133,16 @@ impl Sock {
         unsafe { addr_of!((*tp).gso_segs).read_volatile() }
     }
 
+    /// Whether the socket's route leaves through a loopback device: the peer is on this host.
+    ///
+    /// Data sent there with `MSG_ZEROCOPY` is copied when it is delivered (the receiving socket
+    /// could hold the pages indefinitely), so zero copy only adds cost. False without a route.
+    pub fn route_is_loopback(&self) -> bool {
+        // SAFETY: The socket is valid (type invariant); the helper takes and drops its own
+        // reference on the cached route.
+        unsafe { bindings::ksock_route_is_loopback(self.as_raw()) }
+    }
+
     /// Whether at least a third of the send buffer is free (`sk_stream_is_writeable`).
     pub fn is_writeable(&self) -> bool {
         // SAFETY: The socket is valid.
@@ -170,6 +180,14 @@ impl LockedSock {
         // CAST: `LockedSock` is a transparent wrapper of `Sock`, itself one of `sock`.
         // SAFETY: The caller guarantees validity and the lock for `'a`.
         unsafe { &*sk.cast::<Self>() }
+    }
+
+    /// How many more bytes the peer may send under the receive window advertised last
+    /// (`tcp_receive_window`): bytes it can still deliver while nothing queued is consumed.
+    pub fn receive_window(&self) -> u32 {
+        // SAFETY: By the type invariant the socket is a locked TCP socket, so its receive
+        // sequence numbers are stable.
+        unsafe { bindings::ksock_receive_window(self.as_raw()) }
     }
 
     /// Hands the queued received bytes to `actor`, in order (`tcp_read_sock`).

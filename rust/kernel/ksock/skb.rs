@@ -96,6 +96,27 @@ impl<'a> SkbData<'a> {
         self.walk(&mut f)
     }
 
+    /// How many bytes the socket has queued from `from` bytes into this range to the end of
+    /// its receive queue (0 if `from` lies beyond that).
+    pub fn queued_from(&self, from: usize) -> usize {
+        let Ok(from) = u32::try_from(from) else {
+            return 0;
+        };
+        // SAFETY: `skb` is valid (type invariant).
+        let pos = unsafe { skb_seq(self.skb.as_ptr()) }
+            .wrapping_add(self.offset)
+            .wrapping_add(from);
+        // SAFETY: `queue` is the locked socket's receive queue (type invariant); it holds at
+        // least `skb`, so its last buffer is a valid, queued one.
+        let end = unsafe {
+            let tail = (*self.queue.as_ptr()).__bindgen_anon_1.list.prev;
+            skb_seq(tail).wrapping_add((*tail).len)
+        };
+        // CAST: The signed distance in sequence space, as TCP's `before()` computes it.
+        let ahead = end.wrapping_sub(pos) as i32;
+        usize::try_from(ahead).unwrap_or(0)
+    }
+
     /// Calls `f` with the `len` bytes that start `from` bytes into this range, as contiguous
     /// pieces, reading on into the buffers queued after this one without consuming anything.
     ///

@@ -444,6 +444,11 @@ impl TcpSocket {
         self.sock().state()
     }
 
+    /// Whether the route leaves through a loopback device; see [`Sock::route_is_loopback`].
+    pub fn route_is_loopback(&self) -> bool {
+        self.sock().route_is_loopback()
+    }
+
     /// The current maximum segment size; see [`Sock::mss`].
     pub fn mss(&self) -> u32 {
         self.sock().mss()

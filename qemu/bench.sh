@@ -9,8 +9,8 @@
 # results/bench-<time>/ (git ignores results/), with the kernel, the CPU models
 # and the CRC settings beside the numbers (qemu/bench-report.py).
 #
-# Environment: BENCH_SECS (per measurement, default 4), BENCH_ROUNDS (best of
-# N, default 1), BENCH_ONLY (regular expression on workload names),
+# Environment: BENCH_SECS (per measurement, default 4), BENCH_ROUNDS (rounds
+# alternating the drivers, best of N, default 2), BENCH_ONLY (regular expression on workload names),
 # BENCH_CORE=1 also runs the protocol core's host microbenchmark (criterion).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=vm.sh
@@ -30,7 +30,7 @@ if ! "$VENV/bin/python3" -c 'import matplotlib' 2>/dev/null; then
 fi
 
 vm_lock
-progress "benchmark VM (TCG): siw, rsiw with CRC, rsiw without, then iperf3; a few minutes"
+progress "benchmark VM (TCG): siw and rsiw, with CRC and without, then iperf3; about 20 minutes"
 env_args=()
 for v in BENCH_SECS BENCH_ROUNDS BENCH_ONLY; do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")

@@ -8,7 +8,8 @@
 #
 # Usage: guest-bench.sh OUT_DIR
 # Environment: BENCH_SECS (seconds per measurement, default 4), BENCH_ROUNDS
-# (measurements per workload and driver, the best is kept, default 1),
+# (rounds over all drivers, alternating them; each driver's best is kept,
+# default 2),
 # BENCH_ONLY (a regular expression on workload names: ulp-*, nfs-*, nvme-*,
 # iperf3).
 # shellcheck source-path=SCRIPTDIR
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.." || exit 1
 RSIW_ROOT=$(pwd)
 OUT=$1
 SECS=${BENCH_SECS:-4}
-ROUNDS=${BENCH_ROUNDS:-1}
+ROUNDS=${BENCH_ROUNDS:-2}
 ONLY=${BENCH_ONLY:-.}
 RSIW_KO=$RSIW_ROOT/drivers/rsiw/rsiw.ko
 ULP_KO=$RSIW_ROOT/selftests/ulp/rsiw_ulp.ko
@@ -83,25 +84,21 @@ link_down() {
 # ------------------------------------------------------------ kernel verbs
 
 ulp_bench() { # DRIVER
-	local op size res best r mbps
+	local op size res mbps
 	insmod "$ULP_KO" || return
 	echo "server addr=$IP port=20887" >"$ULP/ctl" || { rmmod rsiw_ulp; return 1; }
 	for op in write read send; do
 		for size in 4096 65536 1048576; do
 			wanted "ulp-$op" || continue
-			best=0
-			for ((r = 0; r < ROUNDS; r++)); do
-				echo clear >"$ULP/ctl"
-				if echo "bench addr=$IP port=20887 op=$op size=$size secs=$SECS" >"$ULP/ctl"; then
-					res=$(cat "$ULP/result")
-					mbps=$(sed -nE 's/.* MBps=([0-9.]+)$/\1/p' <<<"$res")
-				else
-					mbps=
-				fi
-				[ -n "$mbps" ] || { say "ulp-$op $size $1: failed: $(cat "$ULP/result" 2>/dev/null)"; mbps=0; }
-				best=$(awk -v a="$best" -v b="$mbps" 'BEGIN { print (b > a) ? b : a }')
-			done
-			record "ulp-$op" "$size" "$1" "$best"
+			echo clear >"$ULP/ctl"
+			if echo "bench addr=$IP port=20887 op=$op size=$size secs=$SECS" >"$ULP/ctl"; then
+				res=$(cat "$ULP/result")
+				mbps=$(sed -nE 's/.* MBps=([0-9.]+)$/\1/p' <<<"$res")
+			else
+				mbps=
+			fi
+			[ -n "$mbps" ] || { say "ulp-$op $size $1: failed: $(cat "$ULP/result" 2>/dev/null)"; mbps=0; }
+			record "ulp-$op" "$size" "$1" "$mbps"
 		done
 	done
 	echo stop >"$ULP/ctl"
@@ -129,7 +126,7 @@ EOF
 # fio_patterns WORKLOAD DRIVER TARGET_ARGS...: sequential write and read at
 # 1 MiB, random read at 4 KiB.
 fio_patterns() {
-	local w=$1 drv=$2 best r v
+	local w=$1 drv=$2 v
 	shift 2
 	local -a pats=("seqwrite 1048576 --rw=write --bs=1M --iodepth=8"
 		"seqread 1048576 --rw=read --bs=1M --iodepth=8"
@@ -138,13 +135,9 @@ fio_patterns() {
 	for p in "${pats[@]}"; do
 		read -r name size args <<<"$p"
 		wanted "$w-$name" || continue
-		best=0
-		for ((r = 0; r < ROUNDS; r++)); do
-			# shellcheck disable=SC2086 # args are fio options
-			v=$(fio_mbps --name="$w-$name" --ioengine=libaio --direct=1 $args "$@")
-			best=$(awk -v a="$best" -v b="$v" 'BEGIN { print (b > a) ? b : a }')
-		done
-		record "$w-$name" "$size" "$drv" "$best"
+		# shellcheck disable=SC2086 # args are fio options
+		v=$(fio_mbps --name="$w-$name" --ioengine=libaio --direct=1 $args "$@")
+		record "$w-$name" "$size" "$drv" "$v"
 	done
 }
 
@@ -183,19 +176,29 @@ if wanted nvme; then
 	nvmet_null_blk bench0 1024 && nvmet_subsys nqn.2026-11.io.rsiw:bench /dev/bench0 || exit 1
 fi
 
+# Rounds alternate the drivers, every other round in reverse order, so that a
+# drift of the host's speed during the run hits each driver alike; the report
+# keeps each driver's best round.
 for w in ulp nfs nvme; do
 	wanted "$w" || continue
-	for drv in "${DRIVERS[@]}"; do
-		say "$w on $drv"
-		link_up "$drv" || { say "cannot bring up $drv"; continue; }
-		"${w}_bench" "$drv" || say "$w on $drv failed"
-		if [[ $drv == rsiw* ]]; then
-			# What the connections negotiated and how payload went out.
-			{ echo "# after $w on $drv"; cat /sys/kernel/debug/rsiw/mpa; } >>"$OUT/rsiw-counters"
+	for ((round = 0; round < ROUNDS; round++)); do
+		order=("${DRIVERS[@]}")
+		if ((round % 2)); then
+			order=()
+			for ((i = ${#DRIVERS[@]} - 1; i >= 0; i--)); do order+=("${DRIVERS[$i]}"); done
 		fi
-		link_down
-		# Let the RDMA core finish removing the device before the next one.
-		sleep 1
+		for drv in "${order[@]}"; do
+			say "$w on $drv (round $((round + 1)) of $ROUNDS)"
+			link_up "$drv" || { say "cannot bring up $drv"; continue; }
+			"${w}_bench" "$drv" || say "$w on $drv failed"
+			if [[ $drv == rsiw* ]]; then
+				# What the connections negotiated and how payload went out.
+				{ echo "# after $w on $drv"; cat /sys/kernel/debug/rsiw/mpa; } >>"$OUT/rsiw-counters"
+			fi
+			link_down
+			# Let the RDMA core finish removing the device before the next one.
+			sleep 1
+		done
 	done
 done
 

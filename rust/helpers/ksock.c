@@ -119,3 +119,8 @@ u32 rust_helper_ksock_receive_window(struct sock *sk)
 {
 	return tcp_receive_window(tcp_sk(sk));
 }
+
+int rust_helper_ksock_inq(struct sock *sk)
+{
+	return tcp_inq(sk);
+}

@@ -121,5 +121,5 @@ fn conn_of(d: &QpData) -> Option<Arc<Conn>> {
 /// Data arrived on the socket of `qp`'s link (softirq context, socket locked): the receive
 /// path reads it.
 pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
-    super::rx::rx_ready(qp, sk);
+    super::rx::data_ready(qp, sk);
 }

@@ -183,6 +183,10 @@ struct QpInner {
     /// Whether the transmit work is queued or running, and whether it must look again.
     tx_scheduled: bool,
     tx_again: bool,
+    /// The receive work item is queued or running ([`rx::data_ready`]).
+    rx_scheduled: bool,
+    /// Data arrived while it was: it reads again before it ends.
+    rx_again: bool,
     /// Consumer upcalls owed by completions queued under the lock; [`Locked`] delivers them
     /// once the lock is dropped.
     up_send: cq::Upcalls,
@@ -357,6 +361,8 @@ pub(crate) fn create(
         sess: None,
         tx_scheduled: false,
         tx_again: false,
+        rx_scheduled: false,
+        rx_again: false,
         up_send: cq::Upcalls::default(),
         up_recv: cq::Upcalls::default(),
         up_event: None,

@@ -2,9 +2,10 @@
 
 //! The receive path: FPDUs from the socket's buffers, placed straight into consumer memory.
 //!
-//! [`rx_ready`] runs in the socket's `data_ready` upcall (softirq, socket locked). It walks the
-//! queued socket buffers with `tcp_read_sock` and feeds them to the protocol core's
-//! [`RxStream`], holding the QP lock. Each segment's header is validated against the
+//! [`rx_ready`] walks the queued socket buffers with `tcp_read_sock` and feeds them to the
+//! protocol core's [`RxStream`], holding the QP lock. It runs in the socket's `data_ready` upcall
+//! (softirq, socket locked) for short messages, and in a work item for bulk data
+//! ([`data_ready`]), so that placing data can proceed on another CPU than receiving it. Each segment's header is validated against the
 //! connection's state before a single payload octet is placed: tagged segments against the
 //! STag table (valid, key, PD, rights, bounds), Read Responses against the outstanding Read,
 //! Sends against the receive queue and the DDP sequence numbers.
@@ -44,10 +45,11 @@ use kernel::{
     prelude::*,
     rdma::{
         mr::KernelRange,
-        qp::{Qp, QpEvent, QpState, Sge},
+        qp::{Qp, QpEvent, QpRef, QpState, Sge},
         verbs::{WcOpcode, WcStatus, WorkCompletion},
     },
     sync::Arc,
+    workqueue,
 };
 
 /// Where the payload of the segment being received goes.
@@ -168,6 +170,60 @@ struct Ahead<'a, 'b> {
     /// How many more bytes the peer may send without the receive window opening
     /// ([`LockedSock::receive_window`]).
     window: usize,
+}
+
+/// Queued bytes from which `data_ready` hands the receiving to a work item.
+///
+/// Below, the upcall places the data itself: a short message then costs no scheduling. Bulk
+/// data goes to the work item, which can run on another CPU while this one goes on (on a
+/// loopback route the upcall runs on the sender's CPU, so placing there serializes sending and
+/// receiving).
+const RX_DEFER_MIN: usize = 32 * 1024;
+
+/// `data_ready` of `qp`'s socket (softirq or backlog processing, socket locked): places the
+/// queued data now, or makes sure the receive work item does.
+pub(crate) fn data_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
+    {
+        let mut g = lock(qp);
+        if g.rx_scheduled {
+            // The work item reads again before it ends; reading here would reorder.
+            g.rx_again = true;
+            return;
+        }
+        if sk.queued_len() >= RX_DEFER_MIN {
+            if let Some(qref) = qp.get_ref() {
+                // The work item holds a QP reference, so `destroy_qp` waits for it to finish.
+                if workqueue::system_unbound()
+                    .try_spawn(GFP_ATOMIC, move || rx_work(qref))
+                    .is_ok()
+                {
+                    g.rx_scheduled = true;
+                    g.rx_again = false;
+                    return;
+                }
+            }
+            // No memory for the work item: place the data here.
+        }
+    }
+    rx_ready(qp, sk);
+}
+
+/// The receive work item: reads the socket (locked as its owner, in process context) until
+/// no more data arrived while it did.
+fn rx_work(qp: QpRef<Rsiw>) {
+    loop {
+        let sock = lock(&qp).link.as_ref().map(|l| l.socket.clone());
+        if let Some(sock) = sock {
+            sock.with_locked(|sk| rx_ready(&qp, sk));
+        }
+        let mut g = lock(&qp);
+        let again = g.rx_again && g.link.is_some();
+        g.rx_again = false;
+        if !again {
+            g.rx_scheduled = false;
+            return;
+        }
+    }
 }
 
 /// Data arrived on `qp`'s socket: receive it.

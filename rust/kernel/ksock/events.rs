@@ -182,6 +182,13 @@ impl LockedSock {
         unsafe { &*sk.cast::<Self>() }
     }
 
+    /// How many received bytes are queued, not yet read (`tcp_inq`).
+    pub fn queued_len(&self) -> usize {
+        // SAFETY: By the type invariant the socket is a locked, non-listening TCP socket.
+        let n = unsafe { bindings::ksock_inq(self.as_raw()) };
+        usize::try_from(n).unwrap_or(0)
+    }
+
     /// How many more bytes the peer may send under the receive window advertised last
     /// (`tcp_receive_window`): bytes it can still deliver while nothing queued is consumed.
     pub fn receive_window(&self) -> u32 {
@@ -505,6 +512,30 @@ pub(crate) unsafe fn kick_data_ready(sk: *mut bindings::sock) {
     unsafe { bindings::local_bh_enable() };
     // SAFETY: Locked above.
     unsafe { bindings::release_sock(sk) };
+}
+
+/// Runs `f` on `sk` locked by its owner (`lock_sock`), with bottom halves disabled as in a
+/// `data_ready` upcall.
+///
+/// # Safety
+///
+/// `sk` must be a valid TCP socket owned by a `TcpSocket` (never listening), and the caller in
+/// process context.
+pub(crate) unsafe fn with_locked<R>(
+    sk: *mut bindings::sock,
+    f: impl FnOnce(&LockedSock) -> R,
+) -> R {
+    // SAFETY: `sk` is valid; process context (caller guarantees), so taking the lock may sleep.
+    unsafe { bindings::lock_sock(sk) };
+    // SAFETY: Paired with `local_bh_enable` below.
+    unsafe { bindings::local_bh_disable() };
+    // SAFETY: We own the socket lock until `release_sock` below; the socket does not listen.
+    let r = f(unsafe { LockedSock::from_raw(sk) });
+    // SAFETY: Disabled above.
+    unsafe { bindings::local_bh_enable() };
+    // SAFETY: Locked above. Releasing processes the backlog, which may call `data_ready`.
+    unsafe { bindings::release_sock(sk) };
+    r
 }
 
 /// One of the four upcalls.

@@ -4,7 +4,7 @@
 
 use super::addr::{Family, RawSockAddr};
 use super::errno;
-use super::events::{self, Handler, ListenerEvents, Sock, SocketEvents};
+use super::events::{self, Handler, ListenerEvents, LockedSock, Sock, SocketEvents};
 use crate::{
     bindings,
     error::{
@@ -600,6 +600,16 @@ impl TcpSocket {
     pub fn kick_data_ready(&self) {
         // SAFETY: `sk` is our valid socket, and it does not listen (type invariant).
         unsafe { events::kick_data_ready(self.sk()) };
+    }
+
+    /// Runs `f` with the socket locked as a `data_ready` upcall has it, to read received data
+    /// from process context (a reader that moved bulk work out of the upcall). Sleeps for the
+    /// socket lock (`lock_sock` checks `might_sleep`): process context only. Data arriving
+    /// meanwhile is processed when the lock is released, with upcalls.
+    pub fn with_locked<R>(&self, f: impl FnOnce(&LockedSock) -> R) -> R {
+        // SAFETY: `sk` is our valid socket, and it does not listen (type invariant); the caller
+        // sleeps in `lock_sock` if it is not in process context, which `might_sleep` reports.
+        unsafe { events::with_locked(self.sk(), f) }
     }
 }
 

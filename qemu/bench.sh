@@ -11,6 +11,7 @@
 #
 # Environment: BENCH_SECS (per measurement, default 4), BENCH_ROUNDS (rounds
 # alternating the drivers, best of N, default 2), BENCH_ONLY (regular expression on workload names),
+# BENCH_DRIVERS (which of siw rsiw siw-nocrc rsiw-nocrc, default all),
 # BENCH_CORE=1 also runs the protocol core's host microbenchmark (criterion).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=vm.sh
@@ -32,7 +33,7 @@ fi
 vm_lock
 progress "benchmark VM (TCG): siw and rsiw, with CRC and without, then iperf3; about 20 minutes"
 env_args=()
-for v in BENCH_SECS BENCH_ROUNDS BENCH_ONLY; do
+for v in BENCH_SECS BENCH_ROUNDS BENCH_ONLY BENCH_DRIVERS; do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
 done
 vm_exec --rwdir "$out" -- env "${env_args[@]}" "$RSIW_ROOT/qemu/guest-bench.sh" "$out" |

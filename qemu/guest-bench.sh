@@ -11,7 +11,7 @@
 # (rounds over all drivers, alternating them; each driver's best is kept,
 # default 2),
 # BENCH_ONLY (a regular expression on workload names: ulp-*, nfs-*, nvme-*,
-# iperf3).
+# iperf3), BENCH_DRIVERS (default "siw rsiw siw-nocrc rsiw-nocrc").
 # shellcheck source-path=SCRIPTDIR
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -27,7 +27,7 @@ ND=bench0 IP=198.18.0.1
 # Each driver with CRC and without. The C siw never asks for CRC upstream;
 # scripts/siw-crc-knob.sh gives our kernel's siw the module parameter
 # mpa_crc_required for its CRC runs (default off, as upstream).
-DRIVERS=(siw rsiw siw-nocrc rsiw-nocrc)
+read -ra DRIVERS <<<"${BENCH_DRIVERS:-siw rsiw siw-nocrc rsiw-nocrc}"
 
 # shellcheck source=../selftests/ulp-setup.sh
 . "$RSIW_ROOT/selftests/ulp-setup.sh"
@@ -41,6 +41,16 @@ record() { # WORKLOAD SIZE DRIVER MBPS
 	say "$1 $2 $3: $4 MB/s"
 }
 wanted() { [[ $1 =~ $ONLY ]]; }
+WORKLOADS=(ulp-write ulp-read ulp-send nfs-seqwrite nfs-seqread nfs-randread
+	nvme-seqwrite nvme-seqread nvme-randread iperf3)
+# family_wanted ulp|nfs|nvme: some workload of the family is wanted.
+family_wanted() {
+	local w
+	for w in "${WORKLOADS[@]}"; do
+		[[ $w == "$1"-* ]] && wanted "$w" && return 0
+	done
+	return 1
+}
 
 modprobe dummy
 ip link add "$ND" type dummy && ip addr add "$IP/24" dev "$ND" && ip link set "$ND" up || exit 1
@@ -169,10 +179,10 @@ nvme_bench() { # DRIVER
 
 # ------------------------------------------------------------ main
 
-if wanted nfs; then
+if family_wanted nfs; then
 	nfs_export_tmpfs /srv/bench 400M || exit 1
 fi
-if wanted nvme; then
+if family_wanted nvme; then
 	nvmet_null_blk bench0 1024 && nvmet_subsys nqn.2026-11.io.rsiw:bench /dev/bench0 || exit 1
 fi
 
@@ -180,7 +190,7 @@ fi
 # drift of the host's speed during the run hits each driver alike; the report
 # keeps each driver's best round.
 for w in ulp nfs nvme; do
-	wanted "$w" || continue
+	family_wanted "$w" || continue
 	for ((round = 0; round < ROUNDS; round++)); do
 		order=("${DRIVERS[@]}")
 		if ((round % 2)); then

@@ -61,7 +61,7 @@ pub use socket::{
     ConnectStatus, IoSlice, PageSlice, RecvFlags, SendFlags, Shutdown, TcpListener, TcpSocket,
     TcpState,
 };
-pub use zerocopy::{PageBatch, ZcNotify, ZcRegistration, ZcToken};
+pub use zerocopy::{PageBatch, SendAs, ZcNotify, ZcRegistration, ZcToken};
 
 /// Networking error codes that [`crate::error::code`] does not declare in this kernel.
 pub mod errno {

@@ -13,7 +13,7 @@ use kernel::{
     error::code::{EAGAIN, EINVAL, EIO},
     ksock::{
         errno, ConnectStatus, Consumed, Family, IoSlice, Ipv4Addr, Ipv6Addr, ListenerEvents,
-        LockedSock, PageBatch, PageSlice, RecvFlags, SendFlags, Shutdown, SkbData, Sock,
+        LockedSock, PageBatch, PageSlice, RecvFlags, SendAs, SendFlags, Shutdown, SkbData, Sock,
         SocketAddr, SocketEvents, TcpListener, TcpSocket, TcpState, ZcNotify, ZcRegistration,
     },
     new_condvar, new_mutex,
@@ -663,7 +663,8 @@ fn test_ipv4(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
         // SAFETY: `small` is allocated for the call.
         ensure(!unsafe { batch.push_kernel_memory(small.as_ptr() as usize, 64)? })?;
         let token = reg.token(7, GFP_KERNEL)?;
-        pair.client.send_batch(&mut batch, Some(&token))?;
+        pair.client
+            .send_batch(&mut batch, SendAs::ZeroCopy(&token))?;
         ensure(batch.is_empty())?;
         ensure(releases.count.load(SeqCst) == 0)?;
         drop(token);
@@ -690,7 +691,8 @@ fn test_ipv4(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
         ensure(unsafe { batch.push_kernel_memory(mem.as_ptr() as usize, PAGE_SIZE)? })?;
         let token = reg.token(8, GFP_KERNEL)?;
         drop(reg);
-        pair.client.send_batch(&mut batch, Some(&token))?;
+        pair.client
+            .send_batch(&mut batch, SendAs::ZeroCopy(&token))?;
         drop(token);
         let mut got = KVec::from_elem(0u8, PAGE_SIZE, GFP_KERNEL)?;
         ensure(pair.server.recv(&mut got, RecvFlags::WAITALL)? == got.len())?;
@@ -700,6 +702,35 @@ fn test_ipv4(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
     });
     t.check(
         "send_batch with a token: released once, after which changes do not arrive; none after the registration is dropped",
+        res,
+    );
+
+    // A batch sent as copies: TCP copied the memory before `send_batch` returned, so changing it
+    // right after changes nothing that arrives, although the receiver has not read it yet.
+    let res = attempt(|| {
+        let mut mem = VVec::from_elem(b'C', 3 * PAGE_SIZE, GFP_KERNEL)?;
+        let mut batch = PageBatch::new(16, GFP_KERNEL)?;
+        batch.push_copy(&[b'H'; 100], GFP_KERNEL)?;
+        // SAFETY: `mem` is allocated for the call.
+        ensure(unsafe { batch.push_kernel_memory(mem.as_ptr() as usize + 10, 9000)? })?;
+        pair.client.send_batch(&mut batch, SendAs::Copy)?;
+        ensure(batch.is_empty())?;
+        mem.iter_mut().for_each(|b| *b = b'D');
+        let mut got = KVec::from_elem(0u8, 9100, GFP_KERNEL)?;
+        ensure(pair.server.recv(&mut got, RecvFlags::WAITALL)? == got.len())?;
+        let (head, body) = got.split_at(100);
+        if !head.iter().all(|&b| b == b'H') || !body.iter().all(|&b| b == b'C') {
+            pr_info!(
+                "# arrived as {:?}... {:?}...\n",
+                head.get(..8),
+                body.get(..8)
+            );
+            return Err(EIO);
+        }
+        Ok(())
+    });
+    t.check(
+        "send_batch as copies: changes right after the call do not arrive",
         res,
     );
 

@@ -75,6 +75,8 @@ pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
         } else {
             None
         },
+        tx_round: 1,
+        tx_rounds_sent: 0,
     };
     {
         let mut inner = super::lock(qp);

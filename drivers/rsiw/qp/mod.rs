@@ -166,8 +166,9 @@ struct QpInner {
     ord: u32,
     ird: u32,
     sq: crate::ring::Ring<SendEntry>,
-    /// Send work requests that are done but wait, in order, for TCP to let go of pages sent
-    /// by reference before they complete (they still count against the send queue's size).
+    /// Send work requests that are done but wait, in order, for TCP to let go of (or copy)
+    /// pages sent by reference before they complete (they still count against the send
+    /// queue's size).
     sent: crate::ring::Ring<SentEntry>,
     /// The receive queue (unused, one slot, with an SRQ).
     rq: crate::ring::Ring<RecvEntry>,
@@ -209,6 +210,11 @@ pub(crate) struct Session {
     /// Zero-copy transmission: the release tracking and its registration (`None` when the
     /// registration could not be made: then everything is sent as copies).
     pub(crate) zc: Option<tx::ZcSession>,
+    /// The number of the transmit round being built (from 1).
+    pub(crate) tx_round: u64,
+    /// Every round up to this one was handed to TCP. Without `zc`, a done work request waits
+    /// for the round it ended in: TCP copies its payload during that round's `sendmsg`.
+    pub(crate) tx_rounds_sent: u64,
 }
 
 /// A send work request that is done, waiting to complete.
@@ -218,7 +224,8 @@ pub(crate) struct SentEntry {
     opcode: WcOpcode,
     signaled: bool,
     status: WcStatus,
-    /// Completes once every zero-copy send up to this sequence number was released.
+    /// Completes once every zero-copy send up to this sequence number was released (without
+    /// zero copy: once the transmit rounds up to this number were sent).
     wait: u64,
 }
 
@@ -639,14 +646,14 @@ fn recv_pd(qp: &Qp<Rsiw>) -> usize {
 
 /// Ends the send work request at the head of the send queue (successfully, or with `status`):
 /// it completes, if signalled or failed, once the zero-copy sends issued so far (its own last
-/// bytes among them) are released, and after the work requests before it.
+/// bytes among them) are released, or without zero copy once the transmit round being built
+/// was sent; and after the work requests before it.
 fn complete_sq_head(qp: &Qp<Rsiw>, inner: &mut QpInner, status: WcStatus) {
     let Some(e) = inner.sq.pop() else { return };
-    let wait = inner
-        .sess
-        .as_ref()
-        .and_then(|s| s.zc.as_ref())
-        .map_or(0, |z| z.issued());
+    let wait = inner.sess.as_ref().map_or(0, |s| match &s.zc {
+        Some(z) => z.issued(),
+        None => s.tx_round,
+    });
     let sent = SentEntry {
         wr_id: e.wr_id,
         opcode: e.op.wc_opcode(),
@@ -662,13 +669,13 @@ fn complete_sq_head(qp: &Qp<Rsiw>, inner: &mut QpInner, status: WcStatus) {
     reap_sent(qp, inner);
 }
 
-/// Completes the done work requests whose zero-copy sends were all released, in order.
+/// Completes the done work requests whose zero-copy sends were all released (or whose round
+/// was sent), in order.
 fn reap_sent(qp: &Qp<Rsiw>, inner: &mut QpInner) {
-    let released = inner
-        .sess
-        .as_ref()
-        .and_then(|s| s.zc.as_ref())
-        .map_or(u64::MAX, |z| z.released());
+    let released = inner.sess.as_ref().map_or(u64::MAX, |s| match &s.zc {
+        Some(z) => z.released(),
+        None => s.tx_rounds_sent,
+    });
     while let Some(e) = inner.sent.front() {
         if e.wait > released {
             break;

@@ -15,6 +15,13 @@
 //! TCP released them ([`ZcSession`]). Read Responses go by reference without a token: the peer
 //! cannot complete its Read before it received the data.
 //!
+//! Without zero copy (`zerocopy=off`, or to a peer on this host with `auto`: TCP would copy
+//! such pages on delivery anyway) the same payload still goes into the batch by reference, and
+//! the round is sent as a plain `sendmsg` ([`SendAs::Copy`]): TCP copies it into its own large
+//! page fragments, outside the QP lock, and a work request that ended in the round completes
+//! once that `sendmsg` returned. Read Responses are spliced; a round that would need both
+//! copies the later kind itself.
+//!
 //! What goes first: a pending Terminate (then nothing else), the initiator's RTR, Read
 //! Responses the peer is owed (oldest first), then the send queue in order. A Read Request
 //! waits for a free ORD slot, a fenced work request for every outstanding Read to complete,
@@ -42,7 +49,7 @@ use crate::{
 };
 use kernel::{
     irqlock::SpinLockIrq,
-    ksock::{PageBatch, TcpSocket, ZcNotify, ZcRegistration, ZcToken},
+    ksock::{PageBatch, SendAs, TcpSocket, ZcNotify, ZcRegistration, ZcToken},
     new_spinlock_irq,
     prelude::*,
     rdma::{
@@ -72,6 +79,10 @@ const ZC_WINDOW: u64 = 64;
 struct Stage<'a> {
     batch: &'a mut PageBatch,
     token: Option<ZcToken>,
+    /// Payload went in by reference for TCP to copy: the batch goes out as [`SendAs::Copy`].
+    tcp_copies: bool,
+    /// Payload went in by reference to be spliced without a token (Read Responses).
+    spliced: bool,
 }
 
 impl Stage<'_> {
@@ -314,26 +325,42 @@ fn run(qp: QpRef<Rsiw>) {
         return;
     };
     loop {
-        let mut stage = Stage { batch, token: None };
-        let round = {
+        let mut stage = Stage {
+            batch,
+            token: None,
+            tcp_copies: false,
+            spliced: false,
+        };
+        let (round, number) = {
             let mut g = lock(&qp);
             let r = fill(&qp, &mut g, &mut stage);
+            let number = round_out(&mut g);
             if matches!(r, Round::Idle) {
+                // Nothing staged: what ended in this round is done.
+                rounds_sent(&qp, &mut g, number);
                 if g.tx_again {
                     g.tx_again = false;
                     continue;
                 }
                 g.tx_scheduled = false;
             }
-            r
+            (r, number)
         };
         let Round::Send { sock, abort } = round else {
             return;
         };
         let token = stage.token.take();
-        let res = sock.send_batch(stage.batch, token.as_ref());
+        let how = match (&token, stage.tcp_copies) {
+            (Some(t), _) => SendAs::ZeroCopy(t),
+            (None, true) => SendAs::Copy,
+            (None, false) => SendAs::Splice,
+        };
+        let res = sock.send_batch(stage.batch, how);
         // TCP holds its own references on the token now; released once it freed the skbs.
         drop(token);
+        // Copies are made and spliced pages are never written again: the work requests
+        // that ended in this round may complete (those that wait for no token).
+        rounds_sent(&qp, &mut lock(&qp), number);
         if let Err(e) = res {
             pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
             lock(&qp).tx_scheduled = false;
@@ -348,6 +375,27 @@ fn run(qp: QpRef<Rsiw>) {
             return;
         }
     }
+}
+
+/// Ends the round being built: returns its number. Work requests that end from now on wait
+/// for the next round.
+fn round_out(inner: &mut QpInner) -> u64 {
+    match inner.sess.as_mut() {
+        Some(s) => {
+            let n = s.tx_round;
+            s.tx_round += 1;
+            n
+        }
+        None => 0,
+    }
+}
+
+/// Rounds up to `number` were handed to TCP: completes the work requests that waited for them.
+fn rounds_sent(qp: &Qp<Rsiw>, inner: &mut QpInner, number: u64) {
+    if let Some(s) = inner.sess.as_mut() {
+        s.tx_rounds_sent = s.tx_rounds_sent.max(number);
+    }
+    super::reap_sent(qp, inner);
 }
 
 /// Why building an FPDU stopped.
@@ -743,7 +791,7 @@ fn add_payload(
     // need it (a retransmission then only repeats what the peer has).
     let by_ref = match source {
         Source::IrqHead => ByReference::Plain,
-        _ => zc.map_or(ByReference::No, ByReference::Token),
+        _ => zc.map_or(ByReference::TcpCopies, ByReference::Token),
     };
     let mut failed = None;
     let mut add = |r: kernel::rdma::mr::KernelRange| -> Result {
@@ -801,14 +849,14 @@ fn add_payload(
     }
 }
 
-/// Whether payload may go by reference.
+/// How payload may go by reference.
 #[derive(Clone, Copy)]
 enum ByReference<'a> {
-    /// No: copy it.
-    No,
-    /// Yes, with a token of this session (the work request waits for its release).
+    /// For TCP to copy during `sendmsg` (the work request waits for the round to be sent).
+    TcpCopies,
+    /// Spliced, with a token of this session (the work request waits for its release).
     Token(&'a ZcSession),
-    /// Yes, without a token.
+    /// Spliced, without a token.
     Plain,
 }
 
@@ -824,9 +872,10 @@ fn add_range(
     r.with_slice(|b| f.feed_payload(crc, b))
         .map_err(|_| BuildError::Local)?;
     if r.len() >= ZC_MIN {
+        // A round goes out one way: with a token, as copies or spliced.
         let allowed = match by_ref {
-            ByReference::No => false,
-            ByReference::Plain => true,
+            ByReference::TcpCopies => !stage.spliced,
+            ByReference::Plain => !stage.tcp_copies,
             ByReference::Token(zc) => {
                 if stage.token.is_none() {
                     stage.token = zc.token();
@@ -837,7 +886,10 @@ fn add_range(
         if allowed {
             match r.push_by_reference(stage.batch) {
                 Ok(true) => {
-                    crate::knobs::count_tx_payload(true, r.len());
+                    let copies = matches!(by_ref, ByReference::TcpCopies);
+                    stage.tcp_copies |= copies;
+                    stage.spliced |= matches!(by_ref, ByReference::Plain);
+                    crate::knobs::count_tx_payload(!copies, r.len());
                     return Ok(());
                 }
                 Ok(false) => {}

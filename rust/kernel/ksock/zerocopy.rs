@@ -15,6 +15,8 @@
 //! out with `MSG_ZEROCOPY` and a [`ZcToken`] as `msg_ubuf` (as io_uring's zero-copy send does):
 //! TCP splices the pages the same way and drops the token's references as it frees the skbs.
 //! When the last is gone the token's [`ZcNotify`] handler runs with the token's cookie.
+//! Or the batch goes out as a plain `sendmsg` ([`SendAs::Copy`]): TCP copies every fragment
+//! into its own pages before `sendmsg` returns, so the consumer's buffer is free again then.
 //!
 //! # Lifetimes
 //!
@@ -398,30 +400,41 @@ impl Drop for PageBatch {
     }
 }
 
+/// How [`TcpSocket::send_batch`] hands a batch to TCP.
+#[derive(Clone, Copy)]
+pub enum SendAs<'a> {
+    /// `MSG_SPLICE_PAGES`: TCP refers to the pages until it freed the skbs. Only for batches
+    /// whose memory may be reused at once (the batch's own pages are never written again).
+    Splice,
+    /// `MSG_ZEROCOPY` with the token as `msg_ubuf`: spliced as well, and the token is released
+    /// once TCP let go of every page.
+    ZeroCopy(&'a ZcToken),
+    /// A plain `sendmsg`: TCP copies the bytes into its own pages (in large fragments) before
+    /// the call returns; nothing refers to the batch's pages after that.
+    Copy,
+}
+
 impl TcpSocket {
-    /// Sends the whole batch, blocking while the socket is full, and empties it.
-    ///
-    /// With `token`, as `MSG_ZEROCOPY` with the token as `msg_ubuf`: the token is released once
-    /// TCP let go of every page. Without, with `MSG_SPLICE_PAGES`: only for batches whose
-    /// referenced memory may be reused at once (the batch's own pages are never written again).
-    pub fn send_batch(&self, batch: &mut PageBatch, token: Option<&ZcToken>) -> Result {
-        let res = self.send_frags(batch, token);
+    /// Sends the whole batch as `how` says, blocking while the socket is full, and empties it.
+    pub fn send_batch(&self, batch: &mut PageBatch, how: SendAs<'_>) -> Result {
+        let res = self.send_frags(batch, how);
         batch.clear();
         res
     }
 
-    fn send_frags(&self, batch: &PageBatch, token: Option<&ZcToken>) -> Result {
+    fn send_frags(&self, batch: &PageBatch, how: SendAs<'_>) -> Result {
         let mut done = 0usize;
         while done < batch.bytes {
             // SAFETY: `msghdr` is a plain C struct for which all zeroes is the empty message.
             let mut msg: bindings::msghdr = unsafe { core::mem::zeroed() };
             msg.msg_flags = bindings::MSG_NOSIGNAL;
-            match token {
-                Some(t) => {
+            match how {
+                SendAs::ZeroCopy(t) => {
                     msg.msg_flags |= bindings::MSG_ZEROCOPY;
                     msg.msg_ubuf = t.as_ubuf();
                 }
-                None => msg.msg_flags |= bindings::MSG_SPLICE_PAGES,
+                SendAs::Splice => msg.msg_flags |= bindings::MSG_SPLICE_PAGES,
+                SendAs::Copy => {}
             }
             // SAFETY: The fragments are valid pages the batch holds references on (type
             // invariant), `bytes` long in all; they outlive the call. `done < bytes`.
@@ -437,7 +450,8 @@ impl TcpSocket {
                 bindings::iov_iter_advance(&mut msg.msg_iter, done);
             }
             // SAFETY: The socket is valid; `msg` describes the fragments, see above; with a
-            // token TCP takes its own references on it (`msg_ubuf`).
+            // token TCP takes its own references on it (`msg_ubuf`), when copying it reads the
+            // pages only during the call.
             let ret = unsafe { bindings::sock_sendmsg(self.raw(), &mut msg) };
             if ret < 0 {
                 return Err(Error::from_errno(ret));

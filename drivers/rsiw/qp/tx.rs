@@ -61,7 +61,7 @@ use kernel::{
 };
 
 /// Bytes of FPDUs built per round before they are sent.
-const BATCH: usize = 64 * 1024;
+const BATCH: usize = 256 * 1024;
 /// Page fragments one FPDU may need at most: its payload (at most [`MULPDU_MAX`] bytes, by
 /// reference in pieces of at least [`ZC_MIN`] bytes, each piece in at most two more pages than
 /// it fills, or copied) and the copied bytes around and between them.

@@ -358,9 +358,12 @@ fn run(qp: QpRef<Rsiw>) {
         let res = sock.send_batch(stage.batch, how);
         // TCP holds its own references on the token now; released once it freed the skbs.
         drop(token);
-        // Copies are made and spliced pages are never written again: the work requests
-        // that ended in this round may complete (those that wait for no token).
-        rounds_sent(&qp, &mut lock(&qp), number);
+        if res.is_ok() {
+            // Copies are made and spliced pages are never written again: the work requests
+            // that ended in this round may complete (those that wait for no token). After a
+            // failed send they stay, to be flushed with the QP.
+            rounds_sent(&qp, &mut lock(&qp), number);
+        }
         if let Err(e) = res {
             pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
             lock(&qp).tx_scheduled = false;

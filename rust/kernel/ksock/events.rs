@@ -494,24 +494,17 @@ pub(crate) unsafe fn fix_accepted(listener: *mut bindings::sock, child: *mut bin
 ///
 /// `sk` must be a valid TCP socket owned by a `TcpSocket` (never listening).
 pub(crate) unsafe fn kick_data_ready(sk: *mut bindings::sock) {
-    // SAFETY: `sk` is valid. The socket lock comes first, as in the upcalls.
-    unsafe { bindings::lock_sock(sk) };
-    // Run the handler as an upcall would: with bottom halves disabled.
-    // SAFETY: Paired with `local_bh_enable` below.
-    unsafe { bindings::local_bh_disable() };
-    {
+    let run = |locked: &LockedSock| {
         // SAFETY: `sk` is valid.
         let _guard = unsafe { ReadGuard::new(sk) };
-        // SAFETY: The lock is held; `sk` is ours.
+        // SAFETY: The socket lock is held (`with_locked`); `sk` is ours.
         if let Some(Handler::Stream(h)) = unsafe { hook(sk) }.map(|h| &h.handler) {
-            // SAFETY: We own the socket lock; the socket does not listen.
-            h.data_ready(unsafe { LockedSock::from_raw(sk) });
+            h.data_ready(locked);
         }
-    }
-    // SAFETY: Disabled above.
-    unsafe { bindings::local_bh_enable() };
-    // SAFETY: Locked above.
-    unsafe { bindings::release_sock(sk) };
+    };
+    // SAFETY: `sk` is a valid, non-listening socket owned by a `TcpSocket` (caller guarantees),
+    // and this runs in process context, as the handler's `kick_data_ready` callers do.
+    unsafe { with_locked(sk, run) }
 }
 
 /// Runs `f` on `sk` locked by its owner (`lock_sock`), with bottom halves disabled as in a

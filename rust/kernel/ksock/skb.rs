@@ -204,10 +204,10 @@ impl<'a> SkbData<'a> {
             }
             // `skb_seq_read` may return more than is left of the range.
             let n = n.min(self.len - done);
+            // CAST: `n` is a `u32`.
             // SAFETY: `skb_seq_read` returned a pointer to `n` (or more) readable bytes of the
             // buffer, mapped until the next call on `st`. Nobody writes received data while it is
             // queued.
-            // CAST: `n` is a `u32`.
             let chunk = unsafe { core::slice::from_raw_parts(data, n as usize) };
             if let Err(e) = f(chunk) {
                 ret = Err(e);

@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""Checks the MPA framing and CRC32c of every FPDU in a capture, per TCP stream.
+
+Used by interop-siw.host beside tshark. tshark dissects frame by frame and
+its reassembly can go astray around retransmitted or out-of-order segments;
+this rebuilds each direction of each TCP connection by sequence number from
+the first copy of every byte, then walks the MPA Request or Reply and the
+FPDUs behind it (RFC 5044 section 7 and 8, Markers off) and checks every
+CRC32c with an independent implementation (crcmod, a C extension).
+
+It also compares every later copy of a byte (a TCP retransmission) with the
+first: a sender that lets a buffer be reused while TCP still holds its pages
+resends other bytes than it first sent.
+
+Input (stdin): tshark fields, one data segment per line,
+"frame|tcp.stream|ip.src|tcp.seq|tcp.len|tcp.payload", with relative
+sequence numbers. Output, one record per line:
+  fpdus SRC COUNT GOOD BAD            per sender
+  bad FRAME SRC LEN OPCODE CRC WANT   an FPDU with a bad CRC (frame: its first byte)
+  nonzero FRAME SRC                   without CRC, an FPDU whose CRC field is not 0
+  resent FRAME SRC BYTES EARLIER OPS  a resent copy that differs; OPS: RDMAP opcodes
+                                      of the FPDUs holding the differing bytes
+  hole SRC STREAM OFFSET              bytes missing from the capture: parsing stops
+  markers STREAM                      Markers negotiated: the stream is not checked
+  badframe FRAME SRC WHAT             framing that is not MPA
+"""
+
+import bisect
+import sys
+
+import crcmod.predefined
+
+crc32c = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
+KEY_REQ = b"MPA ID Req Frame"
+KEY_REP = b"MPA ID Rep Frame"
+FLAG_M, FLAG_C, FLAG_R = 0x80, 0x40, 0x20
+RDMAP_NAMES = {0: "Write", 1: "ReadRequest", 2: "ReadResponse", 3: "Send",
+               4: "SendInvalidate", 5: "SendSE", 6: "SendSEInvalidate",
+               7: "Terminate"}
+
+
+class Direction:
+    """One direction of a TCP stream: the first copy of every byte."""
+
+    def __init__(self, src):
+        self.src = src
+        self.segs = []  # sorted (start, frame, data) of first copies
+        self.resent = []  # (frame, differing offsets, earlier frame)
+
+    def add(self, frame, start, data):
+        end = start + len(data)
+        i = bisect.bisect_left(self.segs, (end,))
+        differ, earlier, j = [], None, i - 1
+        # Earlier segments overlapping [start, end): at most 64 KiB long.
+        while j >= 0 and self.segs[j][0] + 65536 > start:
+            s, fr, d = self.segs[j]
+            for o in range(max(s, start), min(s + len(d), end)):
+                if d[o - s] != data[o - start]:
+                    differ.append(o)
+                    earlier = fr
+            j -= 1
+        if differ:
+            self.resent.append((frame, sorted(set(differ)), earlier))
+        self.segs.insert(i, (start, frame, data))
+
+    def stream(self):
+        """The contiguous bytes from the lowest offset, the frame of each
+        byte's first copy (as run starts), and the offset of a hole or None."""
+        if not self.segs:
+            return b"", [], [], None
+        base = self.segs[0][0]
+        out = bytearray()
+        starts, frames = [], []
+        for s, fr, d in self.segs:
+            have = base + len(out)
+            if s > have:
+                return bytes(out), starts, frames, have - base
+            if s + len(d) <= have:
+                continue
+            starts.append(len(out))
+            frames.append(fr)
+            out += d[have - s:]
+        return bytes(out), starts, frames, None
+
+
+def frame_at(starts, frames, off):
+    """The frame that carried stream offset `off`."""
+    return frames[bisect.bisect_right(starts, off) - 1]
+
+
+def parse(d, stream_id, crc, out):
+    """Walks one direction's FPDUs; returns [(start, end, opcode)]."""
+    data, starts, frames, hole = d.stream()
+    if hole is not None:
+        out.append("hole %s %s %d" % (d.src, stream_id, hole))
+    pos, fpdus = 0, []
+    if data[:16] in (KEY_REQ, KEY_REP):
+        if len(data) < 20:
+            return fpdus
+        pos = 20 + int.from_bytes(data[18:20], "big")
+    elif data:
+        out.append("badframe %d %s no MPA Request or Reply first" % (frames[0], d.src))
+        return fpdus
+    count = good = 0
+    while pos + 2 <= len(data):
+        ulpdu = int.from_bytes(data[pos:pos + 2], "big")
+        body = 2 + ulpdu + (-(2 + ulpdu) % 4)
+        end = pos + body + 4
+        if end > len(data):
+            break
+        opcode = data[pos + 3] & 0x0F if ulpdu >= 2 else -1
+        count += 1
+        field = int.from_bytes(data[pos + body:end], "little")
+        fr = frame_at(starts, frames, pos)
+        if crc:
+            want = crc32c(data[pos:pos + body])
+            if field == want:
+                good += 1
+            else:
+                out.append("bad %d %s %d %s 0x%08x 0x%08x" % (
+                    fr, d.src, ulpdu, RDMAP_NAMES.get(opcode, opcode), field, want))
+        elif field == 0:
+            good += 1
+        else:
+            out.append("nonzero %d %s" % (fr, d.src))
+        fpdus.append((pos, end, opcode))
+        pos = end
+    d.counts = (count, good)
+    return fpdus
+
+
+def main():
+    conns = {}  # stream -> {src: Direction}
+    for line in sys.stdin:
+        f = line.rstrip("\n").split("|")
+        if len(f) < 6 or not f[3] or not f[4] or f[4] == "0" or not f[5]:
+            continue
+        dirs = conns.setdefault(f[1], {})
+        d = dirs.setdefault(f[2], Direction(f[2]))
+        d.add(int(f[0]), int(f[3]), bytes.fromhex(f[5].replace(":", "")))
+    out, totals = [], {}
+    for stream_id, dirs in conns.items():
+        # CRC and Markers are what the Reply grants (RFC 5044 section 7.1).
+        crc = markers = None
+        for d in dirs.values():
+            data, _, _, _ = d.stream()
+            if data[:16] == KEY_REP and len(data) >= 20:
+                if data[16] & FLAG_R:
+                    crc = markers = None
+                    break
+                crc, markers = bool(data[16] & FLAG_C), bool(data[16] & FLAG_M)
+        if markers:
+            out.append("markers %s" % stream_id)
+            continue
+        for d in dirs.values():
+            d.counts = (0, 0)
+            fpdus = parse(d, stream_id, bool(crc), out) if crc is not None else []
+            c, g = d.counts
+            t = totals.setdefault(d.src, [0, 0])
+            t[0] += c
+            t[1] += g
+            for frame, offs, earlier in d.resent:
+                base = d.segs[0][0]
+                ops = set()
+                for o in offs:
+                    k = bisect.bisect_right(fpdus, (o - base, float("inf"))) - 1
+                    if k >= 0 and fpdus[k][0] <= o - base < fpdus[k][1]:
+                        ops.add(RDMAP_NAMES.get(fpdus[k][2], str(fpdus[k][2])))
+                    else:
+                        ops.add("MPA")
+                out.append("resent %d %s %d %d %s" % (frame, d.src, len(offs), earlier,
+                                                      ",".join(sorted(ops))))
+    for src, (c, g) in sorted(totals.items()):
+        print("fpdus %s %d %d %d" % (src, c, g, c - g))
+    for line in out:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

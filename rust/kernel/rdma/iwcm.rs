@@ -746,10 +746,10 @@ impl<C: IwCm> Adapter<C> {
         from_result(|| {
             // SAFETY: `id` comes from the `iw_cm` for this operation.
             let (cm_id, dev) = unsafe { Self::id_dev(id)? };
-            // SAFETY: The `iw_cm` set the addresses before this call; nothing writes them
-            // before the provider sends its connect reply, which it cannot do before `conn`
-            // exists below.
             let ((local, remote), (tos, afonly)) =
+                // SAFETY: The `iw_cm` set the addresses before this call; nothing writes them
+                // before the provider sends its connect reply, which it cannot do before `conn`
+                // exists below.
                 unsafe { (cm_id.addresses(), cm_id.tos_afonly()) };
             let info = ConnectInfo {
                 local: local?,

@@ -44,42 +44,47 @@ class Direction:
 
     def __init__(self, src):
         self.src = src
-        self.segs = []  # sorted (start, frame, data) of first copies
+        self.pieces = []  # disjoint (start, frame, data) of first copies, sorted
         self.resent = []  # (frame, differing offsets, earlier frame)
 
     def add(self, frame, start, data):
         end = start + len(data)
-        i = bisect.bisect_left(self.segs, (end,))
-        differ, earlier, j = [], None, i - 1
-        # Earlier segments overlapping [start, end): at most 64 KiB long.
-        while j >= 0 and self.segs[j][0] + 65536 > start:
-            s, fr, d = self.segs[j]
-            for o in range(max(s, start), min(s + len(d), end)):
-                if d[o - s] != data[o - start]:
-                    differ.append(o)
-                    earlier = fr
-            j -= 1
+        pos, new, differ, earlier = start, [], [], None
+        k = max(bisect.bisect_right(self.pieces, (start, float("inf"))) - 1, 0)
+        while k < len(self.pieces) and self.pieces[k][0] < end:
+            s, fr, d = self.pieces[k]
+            k += 1
+            if s + len(d) <= pos:
+                continue
+            if s > pos:
+                new.append((pos, data[pos - start:s - start]))
+            hi = min(s + len(d), end)
+            lo = max(s, pos)
+            if d[lo - s:hi - s] != data[lo - start:hi - start]:
+                differ += [o for o in range(lo, hi) if d[o - s] != data[o - start]]
+                earlier = fr
+            pos = hi
+        if pos < end:
+            new.append((pos, data[pos - start:]))
         if differ:
-            self.resent.append((frame, sorted(set(differ)), earlier))
-        self.segs.insert(i, (start, frame, data))
+            self.resent.append((frame, differ, earlier))
+        for p, piece in new:
+            self.pieces.insert(bisect.bisect_left(self.pieces, (p,)), (p, frame, piece))
 
     def stream(self):
         """The contiguous bytes from the lowest offset, the frame of each
         byte's first copy (as run starts), and the offset of a hole or None."""
-        if not self.segs:
+        if not self.pieces:
             return b"", [], [], None
-        base = self.segs[0][0]
+        base = self.pieces[0][0]
         out = bytearray()
         starts, frames = [], []
-        for s, fr, d in self.segs:
-            have = base + len(out)
-            if s > have:
-                return bytes(out), starts, frames, have - base
-            if s + len(d) <= have:
-                continue
+        for s, fr, d in self.pieces:
+            if s > base + len(out):
+                return bytes(out), starts, frames, len(out)
             starts.append(len(out))
             frames.append(fr)
-            out += d[have - s:]
+            out += d
         return bytes(out), starts, frames, None
 
 
@@ -160,7 +165,7 @@ def main():
             t[0] += c
             t[1] += g
             for frame, offs, earlier in d.resent:
-                base = d.segs[0][0]
+                base = d.pieces[0][0]
                 ops = set()
                 for o in offs:
                     k = bisect.bisect_right(fpdus, (o - base, float("inf"))) - 1

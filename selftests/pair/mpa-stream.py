@@ -46,6 +46,7 @@ class Direction:
         self.src = src
         self.pieces = []  # disjoint (start, frame, data) of first copies, sorted
         self.resent = []  # (frame, differing offsets, earlier frame)
+        self.built = None  # what stream() returns, once all pieces are in
 
     def add(self, frame, start, data):
         end = start + len(data)
@@ -73,19 +74,20 @@ class Direction:
 
     def stream(self):
         """The contiguous bytes from the lowest offset, the frame of each
-        byte's first copy (as run starts), and the offset of a hole or None."""
-        if not self.pieces:
-            return b"", [], [], None
-        base = self.pieces[0][0]
-        out = bytearray()
-        starts, frames = [], []
-        for s, fr, d in self.pieces:
-            if s > base + len(out):
-                return bytes(out), starts, frames, len(out)
-            starts.append(len(out))
-            frames.append(fr)
-            out += d
-        return bytes(out), starts, frames, None
+        byte's first copy (as run starts), and the offset of a hole or None.
+        Built once, after the last `add`."""
+        if self.built is None:
+            out, starts, frames, hole = bytearray(), [], [], None
+            base = self.pieces[0][0] if self.pieces else 0
+            for s, fr, d in self.pieces:
+                if s > base + len(out):
+                    hole = len(out)
+                    break
+                starts.append(len(out))
+                frames.append(fr)
+                out += d
+            self.built = (bytes(out), starts, frames, hole)
+        return self.built
 
 
 def frame_at(starts, frames, off):

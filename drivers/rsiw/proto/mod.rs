@@ -4,10 +4,10 @@
 //! The iWARP protocol core of rsiw: MPA (RFC 5044, RFC 6581), DDP (RFC 5041)
 //! and RDMAP (RFC 5040) wire formats, framing and per-stream state.
 //!
-//! Everything here is plain `core` Rust: no allocation, no `unsafe`, no
-//! kernel bindings. The kernel module includes it with `pub mod proto;` and
-//! the host crate in `selftests/proto` includes the same files for tests,
-//! property tests, fuzzing and benchmarks.
+//! Everything here is plain `core` Rust under `forbid(unsafe_code)`: no
+//! allocation, no kernel bindings. The kernel module includes it with
+//! `pub mod proto;` and the host crate in `selftests/proto` includes the same
+//! files for tests, property tests, fuzzing and benchmarks.
 //!
 //! Layering, bottom up:
 //!

@@ -358,18 +358,18 @@ fn run(qp: QpRef<Rsiw>) {
         let res = sock.send_batch(stage.batch, how);
         // TCP holds its own references on the token now; released once it freed the skbs.
         drop(token);
-        if res.is_ok() {
+        match res {
             // Copies are made and spliced pages are never written again: the work requests
-            // that ended in this round may complete (those that wait for no token). After a
-            // failed send they stay, to be flushed with the QP.
-            rounds_sent(&qp, &mut lock(&qp), number);
-        }
-        if let Err(e) = res {
-            pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
-            lock(&qp).tx_scheduled = false;
-            drop(sock);
-            link::fatal(&qp);
-            return;
+            // that ended in this round may complete (those that wait for no token).
+            Ok(()) => rounds_sent(&qp, &mut lock(&qp), number),
+            // They stay, to be flushed with the QP.
+            Err(e) => {
+                pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
+                lock(&qp).tx_scheduled = false;
+                drop(sock);
+                link::fatal(&qp);
+                return;
+            }
         }
         drop(sock);
         if abort {

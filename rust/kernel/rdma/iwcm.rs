@@ -879,10 +879,10 @@ fn take_endpoint<C: IwCm>(cm_id: &CmId<C>) -> Option<C::Endpoint> {
     let ptr = cm_id
         .provider_data()
         .swap(core::ptr::null_mut(), Ordering::AcqRel);
-    // SAFETY: `accept` and `reject` are only called on ids the `iw_cm` created for a connect
-    // request (state `IW_CM_STATE_CONN_RECV`), whose provider data is the endpoint
-    // `ListenId::connect_request` converted with `into_foreign` (or null once taken). The swap
-    // takes it exactly once, and it is never borrowed.
+    // `accept` and `reject` are only called on ids the `iw_cm` created for a connect request
+    // (state `IW_CM_STATE_CONN_RECV`), whose provider data `ListenId::connect_request` set.
+    // SAFETY: `ptr` is null or that endpoint, converted with `into_foreign`; the swap takes it
+    // exactly once, and it is never borrowed.
     unsafe { C::Endpoint::try_from_foreign(ptr) }
 }
 

@@ -349,9 +349,7 @@ if [ -n "$reason" ]; then
 			echo "# Subtest: $name ($role)"
 			sed 's/^/    /' "$run/$role/$name/output.tap"
 		}
-		# The console from the test's start on (the guest runner announces it).
-		console=$(sed -n "/^guest-runner: begin $name\$/,\$p" "$run/$role/console.log" | tail -n 30)
-		[ -n "$console" ] || console=$(grep -v '^\s*$' "$run/$role/console.log" | tail -n 20)
+		console=$(vm_console_excerpt "$run/$role/console.log" "$name")
 		diags+=("VM $role console (full: $run/$role/console.log):" "$console")
 	done
 	result not-ok $((i + 1)) "$name" "${diags[@]}"

@@ -119,6 +119,37 @@ check_matcher() {
 		echo "not ok $n - taint W flagged, taint O not"
 		bad=$((bad + 1))
 	fi
+	# The console excerpt after a crash: a splat's first line and the console's end, or,
+	# without a splat, the end.
+	{
+		echo "guest-runner: begin other"
+		echo "[    1.000000] early noise"
+		echo "guest-runner: begin crasher"
+		seq -f '[    2.%06g] noise' 1 50
+		echo "[    3.000000] BUG: kernel NULL pointer dereference, address: 0000000000000008"
+		seq -f '[    3.%06g]  frame' 1 60
+		echo "[    4.000000] Kernel Offset: disabled"
+	} >"$f"
+	local excerpt
+	excerpt=$(vm_console_excerpt "$f" crasher)
+	n=$((n + 1))
+	if grep -q 'noise$' <<<"$excerpt" && grep -q 'BUG: kernel NULL' <<<"$excerpt" &&
+		grep -q 'Kernel Offset' <<<"$excerpt" && ! grep -q 'early noise' <<<"$excerpt" &&
+		(($(wc -l <<<"$excerpt") < 45)); then
+		echo "ok $n - console excerpt: the splat's start and the console's end"
+	else
+		echo "not ok $n - console excerpt: the splat's start and the console's end"
+		bad=$((bad + 1))
+	fi
+	sed -i '/BUG: kernel NULL/d' "$f"
+	excerpt=$(vm_console_excerpt "$f" crasher)
+	n=$((n + 1))
+	if [ "$(wc -l <<<"$excerpt")" = 30 ] && [ "$(tail -n 1 <<<"$excerpt")" = "$(tail -n 1 "$f")" ]; then
+		echo "ok $n - console excerpt without a splat: the last 30 lines"
+	else
+		echo "not ok $n - console excerpt without a splat: the last 30 lines"
+		bad=$((bad + 1))
+	fi
 	rm -f "$f"
 	echo "1..$n"
 	echo "matcher: $((n - bad)) passed, $bad failed"
@@ -288,9 +319,7 @@ if [ -n "$reason" ]; then
 	vm_alive && reason+="; VM killed"
 	vm_stop
 	name=$(basename "${tests[$i]}" .sh)
-	# The console from the test's start on (the guest runner announces it).
-	console=$(sed -n "/^guest-runner: begin $name\$/,\$p" "$run/console.log" | tail -n 40)
-	[ -n "$console" ] || console=$(grep -v '^\s*$' "$run/console.log" | tail -n 30)
+	console=$(vm_console_excerpt "$run/console.log" "$name")
 	for ((j = i; j < ${#tests[@]}; j++)); do
 		name=$(basename "${tests[$j]}" .sh)
 		if ((j == i)); then

@@ -225,6 +225,29 @@ vm_splat_lines() {
 	grep -v 'rsiw-selftest:' "$1" | grep -E -f <(printf '%s\n' "$VM_SPLAT_PATTERNS")
 }
 
+# vm_console_excerpt CONSOLE TEST: print the part of a VM's console worth
+# reading after TEST died: from the test's start on (the guest runner announces
+# it), or the whole console. A splat's first lines name the fault and its stack
+# dump fills the tail, so with a splat this is its start (and the 3 lines before)
+# plus the last lines; without one, the last 30 lines.
+vm_console_excerpt() {
+	local since first at="" total
+	since=$(sed -n "/^guest-runner: begin $2\$/,\$p" "$1")
+	[ -n "$since" ] || since=$(grep -v '^\s*$' "$1")
+	first=$(vm_splat_lines <(printf '%s\n' "$since") | head -n 1)
+	[ -z "$first" ] || at=$(grep -F -x -n -m 1 -- "$first" <<<"$since" | cut -d: -f1)
+	total=$(wc -l <<<"$since")
+	if [ -z "$at" ]; then
+		tail -n 30 <<<"$since"
+	elif ((total > at + 40)); then
+		sed -n "$((at > 3 ? at - 3 : 1)),$((at + 20))p" <<<"$since"
+		echo "[...]"
+		tail -n 15 <<<"$since"
+	else
+		sed -n "$((at > 3 ? at - 3 : 1)),\$p" <<<"$since"
+	fi
+}
+
 # Taint flags (bit numbers) that a test must not set: B bad page (5), D died
 # (7), W warning (9), L soft lockup (14).
 VM_BAD_TAINT_BITS=(5 7 9 14)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The host half of `make check`: the protocol core's lints, unit, property,
-# negative and tshark tests, and a bounded run of each fuzz target.
+# negative and tshark tests, a bounded run of each fuzz target, and the VM
+# runner's splat matcher.
 # Ends with exactly one line "host: N passed, M failed"; exits non-zero if
 # anything failed. FUZZ_SECONDS (default 30) bounds each fuzz target and
 # PROPTEST_CASES (default 1000) sizes the property tests.
@@ -63,6 +64,14 @@ for t in rx_parser mpa_negotiation; do
 		notok "fuzz $t"
 	fi
 done
+
+# The VM runner's splat matcher and crash excerpt, on canned kernel logs.
+if "$ROOT"/qemu/run-tests.sh --check-matcher >"$log/matcher" 2>&1; then
+	ok "VM runner: $(tail -n 1 "$log/matcher")"
+else
+	grep -v '^ok ' "$log/matcher"
+	notok "VM runner: splat matcher or console excerpt"
+fi
 
 echo "host: $passed passed, $failed failed"
 [ "$failed" = 0 ] && [ "$passed" -gt 0 ]

@@ -607,7 +607,8 @@ fn test_ipv4(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
     rxh.hold.store(true, SeqCst);
     let res = attempt(|| {
         let page = Page::alloc_page(GFP_KERNEL)?;
-        let mut buf = [b'A'; PAGE_SIZE];
+        // On the heap: a page-sized array would take a quarter of the kernel stack.
+        let mut buf = KVec::from_elem(b'A', PAGE_SIZE, GFP_KERNEL)?;
         // SAFETY: The page was just allocated; nobody else sees it.
         unsafe { page.write_raw(buf.as_ptr(), 0, PAGE_SIZE)? };
         let piece = [PageSlice::new(&page, 0, PAGE_SIZE)?];

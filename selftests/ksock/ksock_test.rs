@@ -862,9 +862,9 @@ fn test_ipv6(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
         }
         let server = accept(w, &listener, &lh, 0)?;
         ensure(server.peer_addr()? == client.local_addr()?)?;
-        let msg = [0x36u8; 1000];
+        let msg = KVec::from_elem(0x36u8, 1000, GFP_KERNEL)?;
         ensure(client.send(&[IoSlice::new(&msg)], SendFlags::empty())? == msg.len())?;
-        let mut got = [0u8; 1000];
+        let mut got = KVec::from_elem(0u8, 1000, GFP_KERNEL)?;
         ensure(server.recv(&mut got, RecvFlags::WAITALL)? == got.len() && got == msg)
     });
     drop(ch);

@@ -95,20 +95,28 @@ def frame_at(starts, frames, off):
     return frames[bisect.bisect_right(starts, off) - 1]
 
 
+def mpa_start(d, out):
+    """The offset of the first FPDU: after the MPA Request or Reply that must
+    open the direction. None (and a badframe record if there is data) if it
+    does not."""
+    data, _, frames, _ = d.stream()
+    if data[:16] in (KEY_REQ, KEY_REP):
+        return 20 + int.from_bytes(data[18:20], "big") if len(data) >= 20 else None
+    if data:
+        out.append("badframe %d %s no MPA Request or Reply first" % (frames[0], d.src))
+    return None
+
+
 def parse(d, stream_id, crc, out):
-    """Walks one direction's FPDUs; returns [(start, end, opcode)]."""
+    """Walks one direction's FPDUs; returns ([(start, end, opcode)], count,
+    good CRCs)."""
     data, starts, frames, hole = d.stream()
     if hole is not None:
         out.append("hole %s %s %d" % (d.src, stream_id, hole))
-    pos, fpdus = 0, []
-    if data[:16] in (KEY_REQ, KEY_REP):
-        if len(data) < 20:
-            return fpdus
-        pos = 20 + int.from_bytes(data[18:20], "big")
-    elif data:
-        out.append("badframe %d %s no MPA Request or Reply first" % (frames[0], d.src))
-        return fpdus
-    count = good = 0
+    fpdus, count, good = [], 0, 0
+    pos = mpa_start(d, out)
+    if pos is None:
+        return fpdus, count, good
     while pos + 2 <= len(data):
         ulpdu = int.from_bytes(data[pos:pos + 2], "big")
         body = 2 + ulpdu + (-(2 + ulpdu) % 4)
@@ -132,8 +140,7 @@ def parse(d, stream_id, crc, out):
             out.append("nonzero %d %s" % (fr, d.src))
         fpdus.append((pos, end, opcode))
         pos = end
-    d.counts = (count, good)
-    return fpdus
+    return fpdus, count, good
 
 
 def main():
@@ -160,9 +167,13 @@ def main():
             out.append("markers %s" % stream_id)
             continue
         for d in dirs.values():
-            d.counts = (0, 0)
-            fpdus = parse(d, stream_id, bool(crc), out) if crc is not None else []
-            c, g = d.counts
+            if crc is None:
+                # No Reply granted anything (rejected or unanswered): only the
+                # framing's start is checked.
+                mpa_start(d, out)
+                fpdus, c, g = [], 0, 0
+            else:
+                fpdus, c, g = parse(d, stream_id, crc, out)
             t = totals.setdefault(d.src, [0, 0])
             t[0] += c
             t[1] += g

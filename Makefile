@@ -6,7 +6,10 @@
 #   make pair-check     only the two-VM selftests (interop with the C siw; also in check)
 #   make bench          side-by-side benchmarks (see README.md)
 #   make fuzz           longer fuzzing runs of the protocol core
-#   make module         build rsiw.ko against the cached kernel
+#   make module         build rsiw.ko against the cached kernel (and install it
+#                       in the VM's module tree, for modprobe)
+#   make install        install rsiw.ko in the VM's module tree; with DESTDIR=/
+#                       in /lib/modules/RELEASE of a host running that kernel
 #   make kernel         bootstrap and build the cached kernel only
 #
 # Out-of-tree kbuild (make -C KDIR M=...) re-enters this Makefile with
@@ -19,7 +22,7 @@ else
 TESTS ?= *
 export TESTS
 
-.PHONY: all run check bench fuzz module kernel deps host-check vm-check pair-check clippy fmt clean
+.PHONY: all run check bench fuzz module install kernel deps host-check vm-check pair-check clippy fmt clean
 
 all: module
 
@@ -31,6 +34,9 @@ kernel: deps
 
 module: kernel
 	@scripts/module.sh
+
+install: module
+	@scripts/module.sh install
 
 run: module
 	@qemu/run.sh

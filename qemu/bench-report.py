@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-ORDER = ["ulp-write", "ulp-read", "ulp-send", "nfs-seqwrite", "nfs-seqread",
+ORDER = ["ulp-write", "ulp-read", "ulp-send", "ulp-ping", "nfs-seqwrite", "nfs-seqread",
          "nfs-randread", "nvme-seqwrite", "nvme-seqread", "nvme-randread"]
 # (driver in raw.csv, column name)
 DRIVERS = [("siw", "siw_crc_MBps"), ("rsiw", "rsiw_crc_MBps"),
@@ -23,6 +23,8 @@ def size_name(n):
     n = int(n)
     if n >= 1 << 20:
         return "%d MiB" % (n >> 20)
+    if n < 1 << 10:
+        return "%d B" % n
     return "%d KiB" % (n >> 10)
 
 
@@ -41,7 +43,15 @@ def goals(rows):
         check("rsiw/siw >= 1.2 at 64 KiB and above (CRC on for both)", "crc_rsiw_over_siw",
               1.2, 64 << 10),
         check("rsiw (CRC) at 1 MiB >= 0.8 of iperf3", "crc_rsiw_over_tcp", 0.8, 1 << 20),
+        check_rows("latency (ulp-ping) rsiw/siw >= 1.0 (CRC on for both)", "crc_rsiw_over_siw",
+                   1.0, [r for r in rows if r["workload"] == "ulp-ping"]),
     ]
+
+
+def check_rows(name, key, least, rows):
+    """A goal over the given rows: the rows that miss it, or None if none was measured."""
+    measured = [r for r in rows if r[key] is not None]
+    return (name, [r for r in measured if r[key] < least] if measured else None)
 
 
 def main():
@@ -90,7 +100,7 @@ def main():
     def fmt(v, ratio=False):
         if v is None:
             return "-"
-        return "%.2f" % v if ratio else "%.0f" % v
+        return "%.2f" % v if ratio or v < 10 else "%.0f" % v
 
     print("rsiw benchmark (one VM boot, TCG; MB/s = 10^6 bytes/s)")
     print("kernel %s; guest CPU %s x%s; host CPU %s" % (

@@ -41,7 +41,7 @@ record() { # WORKLOAD SIZE DRIVER MBPS
 	say "$1 $2 $3: $4 MB/s"
 }
 wanted() { [[ $1 =~ $ONLY ]]; }
-WORKLOADS=(ulp-write ulp-read ulp-send nfs-seqwrite nfs-seqread nfs-randread
+WORKLOADS=(ulp-write ulp-read ulp-send ulp-ping nfs-seqwrite nfs-seqread nfs-randread
 	nvme-seqwrite nvme-seqread nvme-randread iperf3)
 # family_wanted ulp|nfs|nvme: some workload of the family is wanted.
 family_wanted() {
@@ -111,6 +111,21 @@ ulp_bench() { # DRIVER
 			record "ulp-$op" "$size" "$1" "$mbps"
 		done
 	done
+	# Latency: 48-byte control messages, one round trip at a time; its MB/s
+	# counts one message per round trip, so the ratio is the inverse of the
+	# latency ratio.
+	if wanted ulp-ping; then
+		echo clear >"$ULP/ctl"
+		if echo "bench addr=$IP port=20887 op=ping secs=$SECS" >"$ULP/ctl"; then
+			res=$(cat "$ULP/result")
+			mbps=$(sed -nE 's/.* MBps=([0-9.]+)$/\1/p' <<<"$res")
+			say "ulp-ping $1: $(sed -nE 's/.* (us_per_op=[0-9.]+) .*/\1/p' <<<"$res") us per round trip"
+		else
+			mbps=
+		fi
+		[ -n "$mbps" ] || { say "ulp-ping $1: failed: $(cat "$ULP/result" 2>/dev/null)"; mbps=0; }
+		record ulp-ping 48 "$1" "$mbps"
+	fi
 	echo stop >"$ULP/ctl"
 	rmmod rsiw_ulp
 }

@@ -60,13 +60,11 @@ modprobe dummy
 ip link add "$NETDEV" address 02:52:53:49:57:01 type dummy || die "cannot create $NETDEV"
 { ip addr add "$ADDR/24" dev "$NETDEV" && ip link set "$NETDEV" up; } || die "cannot configure $NETDEV"
 
-if [ "$RSIW_MODULE" = rsiw ]; then
-	step "insmod $KO"
-	insmod "$KO" || die "insmod failed"
-else
-	step "modprobe $RSIW_MODULE"
-	modprobe "$RSIW_MODULE" || die "modprobe failed"
+if [ "$RSIW_MODULE" = rsiw ] && ! cmp -s "$(modinfo -n rsiw 2>/dev/null)" "$KO"; then
+	die "modprobe would not load $KO: run make install"
 fi
+step "modprobe $RSIW_MODULE"
+modprobe "$RSIW_MODULE" || die "modprobe failed"
 step "rdma link add $DEV type $RSIW_LINK_TYPE netdev $NETDEV"
 rdma link add "$DEV" type "$RSIW_LINK_TYPE" netdev "$NETDEV" || die "rdma link add failed"
 rdma link show "$DEV/1"

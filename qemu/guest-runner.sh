@@ -11,6 +11,7 @@
 #                 kmemleak scan
 #   kmemleak.txt  what that scan reported (empty when nothing leaked)
 #   taint         /proc/sys/kernel/tainted before and after
+#   debug_locks   lockdep's debug_locks before and after (0: lockdep is off)
 #   leftover.txt  processes, RDMA links, netdevs and modules the test left
 #                 behind (they are removed so the next test starts clean)
 #   ended         when the checks after the test were done
@@ -29,16 +30,24 @@ KMEMLEAK_MIN_AGE=${KMEMLEAK_MIN_AGE:-5}
 kmsg() { echo "rsiw-selftest: $*" >/dev/kmsg; }
 
 kmemleak_scan() { # OUT: scan, save the report, forget it (so it is reported once)
-	if [ -w "$kmemleak" ]; then
-		# Two scans: the first only notes a new object's checksum; an object
-		# is reported when a later scan finds it unreferenced and unchanged.
-		echo scan >"$kmemleak"
-		echo scan >"$kmemleak"
+	# Two scans: the first only notes a new object's checksum; an object is
+	# reported when a later scan finds it unreferenced and unchanged. Once
+	# kmemleak has switched itself off (out of metadata, or an error), it
+	# refuses the scan: that is a failure, not silence.
+	if [ -w "$kmemleak" ] && echo scan 2>/dev/null >"$kmemleak" && echo scan 2>/dev/null >"$kmemleak"; then
 		cat "$kmemleak" >"$1"
 		echo clear >"$kmemleak"
 	else
-		echo "kmemleak unavailable ($kmemleak not writable)" >"$1"
+		echo "kmemleak is off ($kmemleak refuses a scan): leaks cannot be seen" >"$1"
+		dmesg | grep -m 3 'kmemleak:' >>"$1"
 	fi
+}
+
+# debug_locks: 1 while lockdep checks, 0 once it has switched itself off (after
+# its first report, for the rest of the boot).
+debug_locks() {
+	[ -r /proc/lockdep_stats ] || { echo none; return; }
+	awk '$1 == "debug_locks:" { print $2; found = 1 } END { if (!found) print "none" }' /proc/lockdep_stats
 }
 
 netdevs() { ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | sort; }
@@ -86,6 +95,7 @@ for test in "$@"; do
 	mkdir -p "$dir"
 	netdevs >"$dir/.netdevs"
 	tainted_before=$(cat /proc/sys/kernel/tainted)
+	locks_before=$(debug_locks)
 	echo "guest-runner: begin $name"
 	marker="begin $name $(date +%s%N)"
 	kmsg "$marker"
@@ -105,6 +115,7 @@ for test in "$@"; do
 	kmemleak_scan "$dir/kmemleak.txt"
 	dmesg | sed -n "/rsiw-selftest: $marker\$/,\$p" >"$dir/dmesg.txt"
 	echo "$tainted_before $(cat /proc/sys/kernel/tainted)" >"$dir/taint"
+	echo "$locks_before $(debug_locks)" >"$dir/debug_locks"
 	date +%s >"$dir/ended"
 	sync
 	# Renamed into place: the host polls for this file and must never read it half-written.

@@ -17,8 +17,9 @@
 # takes minutes under TCG and seconds here).
 #
 # Prints TAP, each half's TAP (and the host part's) as an indented subtest.
-# The last line is "pair: N passed, M failed", counting tests. Exits non-zero
-# on any failure. Logs stay in results/pair-<run>/ (results/pair-latest
+# Then a line for each check a half skipped, and last "pair: N passed, M
+# failed, K skipped", counting tests and skipped checks. Exits non-zero on
+# any failure. Logs stay in results/pair-<run>/ (results/pair-latest
 # points at the newest): a/ and b/ hold each VM's console.log and, per test,
 # what qemu/guest-runner.sh collects (output.tap, dmesg.txt, kmemleak.txt,
 # ...) plus the test's own files; host/NAME/ the host part's output; sync/
@@ -45,7 +46,7 @@ declare -A MAC=([a]=02:52:53:49:57:a1 [b]=02:52:53:49:57:b2)
 declare -A ADDR=([a]=198.18.0.1 [b]=198.18.0.2)
 declare -A PID=([a]="" [b]="")
 
-passed=0 failed=0
+passed=0 failed=0 skipped=()
 result() { # ok|not-ok NUMBER NAME [DIAGNOSTIC]...
 	local verdict=$1 n=$2 name=$3
 	shift 3
@@ -63,46 +64,29 @@ result() { # ok|not-ok NUMBER NAME [DIAGNOSTIC]...
 }
 
 finish() {
-	echo "pair: $passed passed, $failed failed"
+	local skip
+	for skip in "${skipped[@]}"; do
+		echo "# skipped: $skip"
+	done
+	echo "pair: $passed passed, $failed failed, ${#skipped[@]} skipped"
 	[ "$failed" = 0 ] && [ "$passed" -gt 0 ]
 	exit
 }
 
 # half_diags ROLE DIR TEST: show one half's TAP as a subtest; add to DIAGS
-# what fails it (the checks of run-tests.sh's judge).
+# what fails it (the checks of run-tests.sh's judge) and to skipped what it
+# skipped. The first test also answers for its VM's boot.
 half_diags() {
-	local role=$1 dir=$2 test=$3 name rc out nok plan count splat leak taint
+	local role=$1 dir=$2 test=$3 name skip
 	name=$(basename "$test" .sh)
-	rc=$(cat "$dir/exit")
-	out=$dir/output.tap
 	echo "# Subtest: $name ($role)"
-	sed 's/^/    /' "$out"
+	sed 's/^/    /' "$dir/output.tap"
 	echo "# $name ($role) took $(($(cat "$dir/ended") - $(cat "$dir/started")))s"
-	[ "$rc" = 0 ] || DIAGS+=("$role: exit status $rc$([ "$rc" = 124 ] && echo " (timed out after $(vm_test_timeout "$test")s)")")
-	nok=$(grep -cE '^not ok ' "$out")
-	plan=$(sed -nE 's/^1\.\.([0-9]+)$/\1/p' "$out" | tail -n 1)
-	count=$(grep -cE '^(not )?ok ' "$out")
-	[ "$nok" = 0 ] || DIAGS+=("$role: $nok subtest(s) failed")
-	grep -q '^Bail out!' "$out" && DIAGS+=("$role: $(grep -m1 '^Bail out!' "$out")")
-	if [ -z "$plan" ]; then
-		DIAGS+=("$role: no TAP plan (1..N) in the output")
-	elif [ "$plan" != "$count" ]; then
-		DIAGS+=("$role: planned $plan subtests, ran $count")
-	fi
-	if splat=$(vm_splat_lines "$dir/dmesg.txt"); then
-		DIAGS+=("$role: kernel splat during the test (full log: $dir/dmesg.txt):" "$(head -n 20 <<<"$splat")")
-	fi
-	if [ -s "$dir/kmemleak.txt" ]; then
-		leak=$(grep -c '^unreferenced object' "$dir/kmemleak.txt")
-		DIAGS+=("$role: kmemleak: $leak leak(s) (see $dir/kmemleak.txt):" "$(head -n 12 "$dir/kmemleak.txt")")
-	fi
-	# shellcheck disable=SC2046
-	if taint=$(vm_new_taint $(cat "$dir/taint")); then
-		DIAGS+=("$role: kernel taint bits newly set: ${taint//$'\n'/ }")
-	fi
-	if [ -s "$dir/leftover.txt" ]; then
-		DIAGS+=("$role: left behind (now removed):" "$(cat "$dir/leftover.txt")")
-	fi
+	[ "$test" = "${tests[0]}" ] && vm_boot_diags DIAGS "$run/$role" "$role: boot"
+	vm_test_diags DIAGS "$dir" "$test" "$role"
+	while IFS= read -r skip; do
+		skipped+=("$name ($role): $skip")
+	done < <(vm_skips "$dir/output.tap")
 }
 
 # host_part TEST: run TEST's host part (NAME.host beside NAME.sh, if there
@@ -110,7 +94,7 @@ half_diags() {
 # what fails it. Host parts check artifacts with tools too slow under TCG
 # (tshark on captures); they must not touch the host's network or modules.
 host_part() {
-	local name dir rc out nok plan count
+	local name dir rc out skip
 	name=$(basename "$1" .sh)
 	[ -f "${1%.sh}.host" ] || return 0
 	dir=$run/host/$name
@@ -120,17 +104,10 @@ host_part() {
 	out=$dir/output.tap
 	echo "# Subtest: $name (host)"
 	sed 's/^/    /' "$out"
-	[ "$rc" = 0 ] || DIAGS+=("host: exit status $rc$([ "$rc" = 124 ] && echo " (timed out after 300s)")")
-	nok=$(grep -cE '^not ok ' "$out")
-	plan=$(sed -nE 's/^1\.\.([0-9]+)$/\1/p' "$out" | tail -n 1)
-	count=$(grep -cE '^(not )?ok ' "$out")
-	[ "$nok" = 0 ] || DIAGS+=("host: $nok subtest(s) failed")
-	grep -q '^Bail out!' "$out" && DIAGS+=("host: $(grep -m1 '^Bail out!' "$out")")
-	if [ -z "$plan" ]; then
-		DIAGS+=("host: no TAP plan (1..N) in the output")
-	elif [ "$plan" != "$count" ]; then
-		DIAGS+=("host: planned $plan subtests, ran $count")
-	fi
+	vm_tap_diags DIAGS "$out" "$rc" 300 host
+	while IFS= read -r skip; do
+		skipped+=("$name (host): $skip")
+	done < <(vm_skips "$out")
 }
 
 # judge NUMBER TEST: the verdict of a test both halves finished.

@@ -7,11 +7,12 @@
 #   qemu/run-tests.sh --check-matcher  host-only check of the splat matcher
 #
 # Prints TAP; each test's own TAP is shown as an indented subtest. The last
-# line is "vm: N passed, M failed", counting test files. Exits non-zero on any
-# failure. Logs stay in results/<run>/ (results/latest points at the newest).
+# lines name each check a test skipped, and the last is "vm: N passed, M
+# failed, K skipped", counting test files and skipped checks. Exits non-zero
+# on any failure. Logs stay in results/<run>/ (results/latest points at the newest).
 # Environment: TESTS (glob on the test name without .sh), RSIW_MODULE,
-# RSIW_LINK_TYPE, RSIW_KO and the tests' size knobs NFS_* and NVME_* (passed
-# to the tests), SELFTESTS_DIR (where the
+# RSIW_LINK_TYPE, RSIW_KO and the tests' size knobs NFS_*, NVME_*, FLOOD_*,
+# ZERO_WINDOW_*, UNLOAD_*, FAULT_*, HOG_* and PRESSURE_* (passed to the tests), SELFTESTS_DIR (where the
 # tests are, default selftests/), VM_BOOT_TIMEOUT (s, default 300),
 # VM_TEST_SLACK (s a test may overrun its own timeout before the VM is
 # killed, default 120), VM_TOTAL_TIMEOUT (s, default: boot + the sum of the
@@ -22,7 +23,7 @@ set -uo pipefail
 . "$(dirname "$0")/vm.sh"
 cd "$RSIW_ROOT" || exit
 
-passed=0 failed=0
+passed=0 failed=0 skipped=()
 result() { # ok|not-ok NUMBER NAME [DIAGNOSTIC]...
 	local verdict=$1 n=$2 name=$3
 	shift 3
@@ -40,7 +41,11 @@ result() { # ok|not-ok NUMBER NAME [DIAGNOSTIC]...
 }
 
 finish() {
-	echo "vm: $passed passed, $failed failed"
+	local skip
+	for skip in "${skipped[@]}"; do
+		echo "# skipped: $skip"
+	done
+	echo "vm: $passed passed, $failed failed, ${#skipped[@]} skipped"
 	[ "$failed" = 0 ] && [ "$passed" -gt 0 ]
 	exit
 }
@@ -162,41 +167,17 @@ if [ "${1:-}" = --check-matcher ]; then
 fi
 
 # judge NUMBER NAME DIR: print the verdict of a test that finished in the VM.
+# The first test also answers for the boot.
 judge() {
-	local n=$1 name=$2 dir=$3 diags=() rc out splat leak taint left nok plan count
-	rc=$(cat "$dir/exit")
-	# Older guests wrote the file in place; give a half-written one a moment.
-	[ -n "$rc" ] || { sleep 1; rc=$(cat "$dir/exit"); }
-	out=$dir/output.tap
+	local n=$1 name=$2 dir=$3 diags=() skip
 	echo "# Subtest: $name"
-	sed 's/^/    /' "$out"
+	sed 's/^/    /' "$dir/output.tap"
 	echo "# $name took $(($(cat "$dir/ended") - $(cat "$dir/started")))s"
-	[ "$rc" = 0 ] || diags+=("exit status $rc$([ "$rc" = 124 ] && echo " (timed out after $(vm_test_timeout "$SELFTESTS_DIR/$name.sh")s)")")
-	nok=$(grep -cE '^not ok ' "$out")
-	plan=$(sed -nE 's/^1\.\.([0-9]+)$/\1/p' "$out" | tail -n 1)
-	count=$(grep -cE '^(not )?ok ' "$out")
-	[ "$nok" = 0 ] || diags+=("$nok subtest(s) failed")
-	grep -q '^Bail out!' "$out" && diags+=("$(grep -m1 '^Bail out!' "$out")")
-	if [ -z "$plan" ]; then
-		diags+=("no TAP plan (1..N) in the output")
-	elif [ "$plan" != "$count" ]; then
-		diags+=("planned $plan subtests, ran $count")
-	fi
-	if splat=$(vm_splat_lines "$dir/dmesg.txt"); then
-		diags+=("kernel splat during the test (full log: $dir/dmesg.txt):" "$(head -n 20 <<<"$splat")")
-	fi
-	if [ -s "$dir/kmemleak.txt" ]; then
-		leak=$(grep -c '^unreferenced object' "$dir/kmemleak.txt")
-		diags+=("kmemleak: $leak leak(s) (see $dir/kmemleak.txt):" "$(head -n 12 "$dir/kmemleak.txt")")
-	fi
-	# shellcheck disable=SC2046
-	if taint=$(vm_new_taint $(cat "$dir/taint")); then
-		diags+=("kernel taint bits newly set: ${taint//$'\n'/ }")
-	fi
-	if [ -s "$dir/leftover.txt" ]; then
-		left=$(cat "$dir/leftover.txt")
-		diags+=("left behind (now removed):" "$left")
-	fi
+	((n == 1)) && vm_boot_diags diags "$run" boot
+	vm_test_diags diags "$dir" "$SELFTESTS_DIR/$name.sh"
+	while IFS= read -r skip; do
+		skipped+=("$name: $skip")
+	done < <(vm_skips "$dir/output.tap")
 	if ((${#diags[@]})); then
 		result not-ok "$n" "$name" "${diags[@]}"
 	else
@@ -245,8 +226,10 @@ total=${VM_TOTAL_TIMEOUT:-$total}
 
 echo "# vm: $(basename "$kdir"), TCG, $VM_CPUS cpus, $VM_MEMORY; ${#tests[@]} test(s); module ${RSIW_MODULE:-rsiw}, link type ${RSIW_LINK_TYPE:-rsiw}; logs in ${run#"$RSIW_ROOT"/}"
 env_args=()
-# The tests' size knobs (NFS_*, NVME_*: see the tests) go along too.
-for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO $(compgen -v | grep -E '^(NFS|NVME)_'); do
+# The tests' size knobs (NFS_*, NVME_*, FLOOD_*, ZERO_WINDOW_*, UNLOAD_*,
+# FAULT_*, HOG_*, PRESSURE_*: see the tests) go along too.
+for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO \
+	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE)_'); do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
 done
 vm_lock

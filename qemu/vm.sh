@@ -92,9 +92,16 @@ vm_exec() {
 	done
 	vm_vng_args args "${opts[@]}" || return 1
 	if (($#)); then
-		vng "${args[@]}" --exec "$(vm_quote "$@")"
-	else
+		args+=(--exec "$(vm_quote "$@")")
+	fi
+	if [ -t 1 ] && [ -t 2 ]; then
 		vng "${args[@]}"
+	else
+		# qemu opens the guest's stdout and stderr anew (/proc/self/fd/1 and 2), truncating
+		# a file they were redirected to: make run > run.log kept only the guest's last lines.
+		# Through pipes the log keeps everything.
+		vng "${args[@]}" 2> >(cat >&2) | cat
+		return "${PIPESTATUS[0]}"
 	fi
 }
 
@@ -263,4 +270,85 @@ vm_new_taint() {
 		fi
 	done
 	return $found
+}
+
+# vm_tap_diags ARRAY TAP STATUS TIMEOUT [PREFIX]: append to the array named
+# ARRAY what fails a test that printed TAP and exited with STATUS (124: it
+# ran out of its TIMEOUT s): failed subtests, a bail-out, a missing or unmet
+# plan.
+vm_tap_diags() {
+	local -n _tdiags=$1
+	local out=$2 rc=$3 p=${5:+$5: } nok plan count
+	[ "$rc" = 0 ] || _tdiags+=("${p}exit status $rc$([ "$rc" = 124 ] && echo " (timed out after $4s)")")
+	nok=$(grep -cE '^not ok ' "$out")
+	plan=$(sed -nE 's/^1\.\.([0-9]+)$/\1/p' "$out" | tail -n 1)
+	count=$(grep -cE '^(not )?ok ' "$out")
+	[ "$nok" = 0 ] || _tdiags+=("${p}$nok subtest(s) failed")
+	grep -q '^Bail out!' "$out" && _tdiags+=("${p}$(grep -m1 '^Bail out!' "$out")")
+	if [ -z "$plan" ]; then
+		_tdiags+=("${p}no TAP plan (1..N) in the output")
+	elif [ "$plan" != "$count" ]; then
+		_tdiags+=("${p}planned $plan subtests, ran $count")
+	fi
+}
+
+# vm_test_diags ARRAY DIR TEST [PREFIX]: append to the array named ARRAY what
+# fails a test that the guest runner (qemu/guest-runner.sh) finished in DIR,
+# each diagnostic led by PREFIX: its exit status, its TAP (failed subtests, a
+# bail-out, a missing or unmet plan), and what the runner saw around it. The
+# runner's detectors fail closed: a kernel log without the test's begin
+# marker (the ring buffer wrapped), kmemleak refusing to scan, or lockdep
+# switched off all fail the test, since its splats and leaks would pass
+# unseen otherwise.
+vm_test_diags() {
+	local -n _diags=$1
+	local dir=$2 test=$3 p=${4:+$4: } rc out splat leak taint locks
+	rc=$(cat "$dir/exit")
+	# Older guests wrote the file in place; give a half-written one a moment.
+	[ -n "$rc" ] || { sleep 1; rc=$(cat "$dir/exit"); }
+	out=$dir/output.tap
+	vm_tap_diags "$1" "$out" "$rc" "$(vm_test_timeout "$test")" "${4:-}"
+	if ! head -n 1 "$dir/dmesg.txt" | grep -q "rsiw-selftest: begin $(basename "$test" .sh) "; then
+		_diags+=("${p}the kernel log lost the test's begin marker (did the ring buffer wrap?): its splats cannot be judged")
+	fi
+	if splat=$(vm_splat_lines "$dir/dmesg.txt"); then
+		_diags+=("${p}kernel splat during the test (full log: $dir/dmesg.txt):" "$(head -n 20 <<<"$splat")")
+	fi
+	if [ -s "$dir/kmemleak.txt" ]; then
+		leak=$(grep -c '^unreferenced object' "$dir/kmemleak.txt")
+		if ((leak)); then
+			_diags+=("${p}kmemleak: $leak leak(s) (see $dir/kmemleak.txt):" "$(head -n 12 "$dir/kmemleak.txt")")
+		else
+			_diags+=("${p}kmemleak: $(head -n 3 "$dir/kmemleak.txt")")
+		fi
+	fi
+	read -r -a locks <"$dir/debug_locks" 2>/dev/null
+	if [ "${locks[0]:-}" != 1 ]; then
+		_diags+=("${p}lockdep was off when the test began (debug_locks ${locks[0]:-unknown}): its lock checks did not run")
+	elif [ "${locks[1]:-}" != 1 ]; then
+		_diags+=("${p}lockdep switched itself off during the test (debug_locks ${locks[1]:-unknown}; its report is in $dir/dmesg.txt)")
+	fi
+	# shellcheck disable=SC2046
+	if taint=$(vm_new_taint $(cat "$dir/taint")); then
+		_diags+=("${p}kernel taint bits newly set: ${taint//$'\n'/ }")
+	fi
+	if [ -s "$dir/leftover.txt" ]; then
+		_diags+=("${p}left behind (now removed):" "$(cat "$dir/leftover.txt")")
+	fi
+}
+
+# vm_boot_diags ARRAY DIR [PREFIX]: append to ARRAY a splat in the boot log
+# (DIR/boot-dmesg.txt) of the guest, before its first test. Lockdep already
+# off at boot fails the first test through its debug_locks.
+vm_boot_diags() {
+	local -n _bdiags=$1
+	local dir=$2 p=${3:+$3: } splat
+	if splat=$(vm_splat_lines "$dir/boot-dmesg.txt"); then
+		_bdiags+=("${p}kernel splat while the VM booted (full log: $dir/boot-dmesg.txt):" "$(head -n 20 <<<"$splat")")
+	fi
+}
+
+# vm_skips TAP: print each skipped check of a test's TAP as "DESC (REASON)".
+vm_skips() {
+	sed -nE 's/^ok [0-9]+ - (.*) # SKIP (.*)$/\1 (\2)/p' "$1"
 }

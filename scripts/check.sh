@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# make check: host-side tests, then the kernel build, the VM selftests and the
-# two-VM selftests. Ends with one line, "N passed, N failed", summed over all.
+# make check: host-side tests, then the kernel build, the style checks
+# (rustfmt, clippy: scripts/style-check.sh), the VM selftests and the
+# two-VM selftests. Ends with one line, "N passed, N failed, N skipped", summed
+# over all.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
 cd "$RSIW_ROOT" || exit
 
-passed=0 failed=0
-tally() { # file with a last line "<what>: N passed, N failed"
+passed=0 failed=0 skipped=0
+tally() { # file with a last line "<what>: N passed, N failed, N skipped"
 	local line
-	line=$(grep -E '^[a-z-]+: [0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1)
+	line=$(grep -E '^[a-z-]+: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$1" | tail -n 1)
 	if [ -z "$line" ]; then
 		failed=$((failed + 1))
 		echo "not ok - $2 produced no result line" >&2
@@ -16,6 +18,18 @@ tally() { # file with a last line "<what>: N passed, N failed"
 	fi
 	passed=$((passed + $(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$line")))
 	failed=$((failed + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")))
+	skipped=$((skipped + $(sed -E 's/.* ([0-9]+) skipped$/\1/' <<<"$line")))
+}
+
+# A budget for the whole run, CHECK_BUDGET s (default 88 minutes, inside CI's
+# 90-minute limit), so that a hang still ends with the summary line: the
+# build gets what is left, and each VM run what is left less a reserve for
+# the runs after it (a VM run that overruns reports its remaining tests as
+# failed, not run).
+CHECK_BUDGET=${CHECK_BUDGET:-5280}
+left() { # RESERVE: seconds of the budget left, less RESERVE (at least 60)
+	local s=$((CHECK_BUDGET - SECONDS - ${1:-0}))
+	echo $((s > 60 ? s : 60))
 }
 
 # Where the time goes, for CI logs: "# check: WHAT took N s".
@@ -34,7 +48,7 @@ out=$(mktemp -d)
 # shown once they are done.
 host_pid=
 if [ "${TESTS:-*}" = "*" ]; then
-	selftests/host-check.sh >"$out/host" 2>&1 &
+	timeout "$(left)" selftests/host-check.sh >"$out/host" 2>&1 &
 	host_pid=$!
 fi
 host_done() {
@@ -59,22 +73,36 @@ selected() {
 	return 1
 }
 
-if scripts/kernel.sh >/dev/null && scripts/module.sh; then
+if timeout "$(left)" scripts/kernel.sh >/dev/null && timeout "$(left)" scripts/module.sh; then
 	took "kernel and module build"
+	if [ "${TESTS:-*}" = "*" ]; then
+		timeout "$(left)" scripts/style-check.sh 2>&1 | tee "$out/style"
+		tally "$out/style" "style"
+		took "style (rustfmt, clippy)"
+	fi
 	host_done
 	took "rest of the host tests"
-	pair=0
+	pair=0 canary=0
 	selected selftests/pair pair && pair=1
-	# With no single-VM test selected but a pair test, only the pair run; with
-	# neither, run-tests.sh reports the empty selection.
-	if selected selftests '@(lib|ulp-setup|host-*)' || ((!pair)); then
-		qemu/run-tests.sh 2>&1 | tee "$out/vm"
+	# shellcheck disable=SC2053 # a pattern
+	[[ canary == ${TESTS:-*} ]] && canary=1
+	# The harness's own test first: the canaries of selftests/canary/, in a VM
+	# of their own, must each fail for their fault (TESTS=canary: only this).
+	if ((canary)); then
+		VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left $((pair ? 900 : 30)))} qemu/run-canary.sh 2>&1 | tee "$out/canary"
+		tally "$out/canary" "harness canaries"
+		took "harness canaries"
+	fi
+	# With no single-VM test selected but a pair test or the canaries, not the
+	# single-VM run; with none of them, run-tests.sh reports the empty selection.
+	if selected selftests '@(lib|ulp-setup|host-*)' || ((!pair && !canary)); then
+		VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left $((pair ? 900 : 30)))} qemu/run-tests.sh 2>&1 | tee "$out/vm"
 		tally "$out/vm" "vm selftests"
 		took "vm selftests"
 	fi
 	# The two-VM tests (interop with the C siw): qemu/run-pair-tests.sh.
 	if ((pair)); then
-		qemu/run-pair-tests.sh 2>&1 | tee "$out/pair"
+		VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left 30)} qemu/run-pair-tests.sh 2>&1 | tee "$out/pair"
 		tally "$out/pair" "pair selftests"
 		took "pair selftests"
 	fi
@@ -86,5 +114,5 @@ fi
 
 rm -rf "$out"
 echo "# check: $SECONDS s in all"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ] && [ "$passed" -gt 0 ]

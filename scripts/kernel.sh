@@ -9,6 +9,24 @@ KDIR=$(kernel_dir)
 KVER=$(kernel_version)
 lock_kernel_tree
 
+# A changed config fragment (or virtme-ng version) makes a new tree. Seeded with a copy of
+# the newest tree built from the same source, it is reconfigured and rebuilt incrementally
+# (kbuild rebuilds what the changed options touch) instead of from scratch.
+if [ ! -f "$KDIR/.unpacked" ]; then
+	seed=$(find "$RSIW_CACHE" -maxdepth 1 -type d -name "linux-$KVER-*" -printf '%T@ %p\n' |
+		sort -rn | cut -d' ' -f2- |
+		while read -r d; do
+			[ -f "$d/.unpacked" ] && [ -f "$d/arch/x86/boot/bzImage" ] && { echo "$d"; break; }
+		done || true)
+	if [ -n "$seed" ] && [ "$seed" != "$KDIR" ]; then
+		progress "seeding $KDIR from $seed (the config changed; rebuilding incrementally)"
+		rm -rf "$KDIR.tmp"
+		cp -a "$seed" "$KDIR.tmp"
+		rm -f "$KDIR.tmp/.rsiw-configured"
+		rm -rf "$KDIR"
+		mv "$KDIR.tmp" "$KDIR"
+	fi
+fi
 if [ ! -f "$KDIR/.unpacked" ]; then
 	progress "unpacking Debian linux-source $KVER into $KDIR"
 	rm -rf "$KDIR.tmp"

@@ -12,5 +12,44 @@ if [ "${1:-}" = clean ]; then
 	make -s "${args[@]}" clean
 	exit 0
 fi
+# install_module: put rsiw.ko into a module tree and run depmod there, so that
+# modprobe rsiw, and rdma link add ... type rsiw (through the module's alias
+# rdma-link-rsiw), find it. Without DESTDIR the tree is the one the VM boots
+# with: virtme-ng's .virtme_mods in the kernel tree, release 0.0.0 (set up
+# first, as vng would, so that it finds the tree current). With DESTDIR (/ for
+# a host running this kernel) it is DESTDIR/lib/modules/RELEASE.
+install_module() {
+	local base rel PATH=$PATH:/sbin:/usr/sbin
+	if [ -z "${DESTDIR:-}" ]; then
+		(cd "$KDIR" && virtme-prep-kdir-mods >/dev/null)
+		base=$KDIR/.virtme_mods rel=0.0.0
+	else
+		base=$DESTDIR rel=$(make -s -C "$KDIR" kernelrelease)
+	fi
+	install -D -m 0644 "$RSIW_ROOT/drivers/rsiw/rsiw.ko" "$base/lib/modules/$rel/extra/rsiw.ko"
+	local warn
+	warn=$(depmod -a -b "$base" -F "$KDIR/System.map" "$rel" 2>&1)
+	if grep -q "unknown symbol" <<<"$warn"; then
+		printf '%s\n' "$warn" | head -n 5 >&2
+		die "rsiw.ko does not match the built kernel (scripts/module.sh clean, then make module)"
+	fi
+	progress "installed rsiw.ko in $base/lib/modules/$rel/extra"
+}
+
+if [ "${1:-}" = install ]; then
+	[ -f "$RSIW_ROOT/drivers/rsiw/rsiw.ko" ] || die "no rsiw.ko: run 'make module'"
+	install_module
+	exit 0
+fi
+# Kbuild does not see a rebuilt kernel crate as a change to a module's Rust
+# objects: the modules would keep calling symbols that moved (depmod then warns
+# of unknown symbols, and loading fails). Rebuild them from scratch then.
+if [ "$KDIR/rust/libkernel.rmeta" -nt "$RSIW_ROOT/drivers/rsiw/rsiw.ko" ] &&
+	[ -f "$RSIW_ROOT/drivers/rsiw/rsiw.ko" ]; then
+	progress "the kernel crate changed: rebuilding the modules from scratch"
+	make -s "${args[@]}" clean
+fi
 progress "building rsiw.ko"
 make -s "${args[@]}" modules
+# The VM tests load rsiw with modprobe: the VM's module tree gets every build.
+DESTDIR='' install_module

@@ -6,6 +6,7 @@
 #   an RDMA device name in use      EEXIST
 #   a netdev that already has one   EEXIST
 #   a netdev that is not Ethernet   EINVAL (lo)
+#   a link type no driver has       EINVAL (the RDMA core; modprobe finds none)
 # Against the C siw (RSIW_MODULE=siw) the errno and log checks that are rsiw's
 # own contract are skipped: siw returns ENFILE for a name in use, logs none of
 # these, and accepts lo.
@@ -48,6 +49,14 @@ logged() {
 		tap_fail "$1: the driver logs why, naming $2 and $3" "no \"rsiw: \" line naming both in:" "$LOG"
 	fi
 }
+
+# 0. A link type no driver has: the core asks modprobe for rdma-link-TYPE,
+# finds no module and refuses.
+kmsg_mark
+tap_check_fails "unknown link type: rdma link add rsiwx type nosuchtype fails" \
+	rdma link add rsiwx type nosuchtype netdev rsiwd0 || _links+=(rsiwx)
+tap_match "unknown link type: rdma says \"Invalid argument\"" "^error: Invalid argument\$" "$OUT"
+tap_no_match "unknown link type: no kernel splat" "$VM_SPLAT_PATTERNS" "$(kmsg_since_mark)"
 
 # 1. No such netdev: the core looks the name up before calling the driver.
 rejected "no such netdev" rsiw0 rsiwnone0 "No such device"

@@ -4,10 +4,12 @@
 # which lives in a network namespace so that the connections really cross the
 # veth (siw makes its sockets in the namespace of the process that drives it).
 # Checks, with the MPA frames captured on the veth and decoded by tshark:
-# - rsiw listens (test ULP server) and accepts an rping client on siw: MPA
-#   rev 2 Request and Reply with CRC and RFC 6581 IRD/ORD, QP in RTS, the
-#   server sees the connection and its close when rping goes away;
-# - rsiw connects (test ULP client) to an rping server on siw;
+# - an rping client on siw connects to rsiw's test ULP server: MPA rev 2
+#   Request and Reply with CRC and RFC 6581 IRD/ORD; the server rejects it
+#   (rping sends no HELLO), rping sees REJECTED and the server counts it;
+# - rsiw to rsiw (test ULP client and server): ESTABLISHED at both ends, a
+#   SEND crosses, and the server sees both connections close;
+# - rsiw connects (test ULP client) to an rping server on siw (ESTABLISHED);
 # - a connect between two rsiw endpoints that the server rejects carries the
 #   server's private data back (MPA Reply with R=1);
 # - a TCP client that never sends an MPA Request is dropped after the MPA
@@ -19,6 +21,9 @@
 # - RFC 6581 section 8: an enhanced Reply rsiw cannot comply with (ORD above
 #   its IRD, no RTR type it can send) gets a Terminate 2/0/0x06 or 2/0/0x07
 #   as rsiw's only FPDU, RDMA_CM_EVENT_CONNECT_ERROR (-EPROTO) for the ULP;
+# - a flood of TCP connections that send no MPA Request does not flood the
+#   kernel log: rsiw's line for them is rate-limited, and the count of the
+#   lines dropped is logged later;
 # - no splat, no leak once everything is torn down.
 # timeout: 600
 # Helpers are called through tap_check and trap:
@@ -69,7 +74,7 @@ tap_check "rdma link add siw1 type siw on cmv1 (in $ns)" inns rdma link add siw1
 	tap_bail "no siw1"
 
 [ -f "$ULP_KO" ] || tap_bail "$ULP_KO does not exist (make module)"
-kmemleak_forget
+kmemleak_report "no leak from the setup"
 kmsg_mark
 tap_check "insmod rsiw_ulp" insmod "$ULP_KO" || tap_bail "cannot load the ULP"
 tap_check "ULP server listens on rsiw0 $a:$port" ulp_ctl "server addr=$a port=$port" ||
@@ -80,11 +85,33 @@ dumpcap -q -i cmv0 -f "tcp port $port or tcp port $sport" -w "$cap" >"$TEST_TMP/
 pids+=($!)
 tap_wait "capture on cmv0 started" 60 test -s "$cap"
 
+# rsiw0's connection counters (rdma statistic): each case below must move
+# exactly the ones it names.
+CM_NAMES=(cm_established cm_rejected cm_failed cm_mpa_timeouts cm_handshakes_refused)
+# cm_mark: remember the counters.
+cm_mark() {
+	rsiw_is_reference || { hw_read rsiw0 "${CM_NAMES[@]}"; cm0=$HW_NOW; }
+}
+# cm_counted DESC WANT: since cm_mark they moved by WANT ("name+n ...", in
+# CM_NAMES order) and no other.
+cm_counted() {
+	local got
+	if rsiw_is_reference; then
+		tap_skip "$1: rsiw0 counted $2" "rsiw's own counters"
+		return
+	fi
+	hw_read rsiw0 "${CM_NAMES[@]}"
+	got=$(hw_deltas "$cm0" "$HW_NOW")
+	tap_result "$([ "$got" = "$2" ]; echo $?)" "$1: rsiw0 counted $2" "they moved by: ${got:-nothing}"
+}
+
 # 1. siw (rping client) connects to rsiw (ULP server), which rejects it with
 # private data (rping sends no HELLO).
+cm_mark
 inns timeout 20 rping -c -a $a -p $port -C 1 -S 64 -v >"$TEST_TMP/rping-c" 2>&1
 tap_match "rping on siw is rejected by the rsiw server" "RDMA_CM_EVENT_REJECTED" "$(cat "$TEST_TMP/rping-c")"
 tap_match "the rsiw server counted the reject" "accepted=0 rejected=1 " "$(cat "$ULP/status")"
+cm_counted "reject of siw's connect" "cm_rejected+1"
 
 # closed_total N: whether the ULP server counted N connections closed or failed.
 closed_total() {
@@ -94,6 +121,7 @@ closed_total() {
 
 # 2. rsiw (ULP client) to rsiw (ULP server): both ends established. The ULP's
 # connect test passes only on RDMA_CM_EVENT_ESTABLISHED.
+cm_mark
 ulp_ctl clear
 ulp_ctl "client addr=$a port=$port test=connect" >/dev/null
 res=$(cat "$ULP/result")
@@ -106,12 +134,14 @@ res=$(cat "$ULP/result")
 tap_match "a SEND crosses the rsiw-rsiw connection" "^ok [0-9]+ - send " "$res"
 tap_wait "the server saw both connections close" 20 closed_total 2
 tap_diag "ULP status: $(cat "$ULP/status")"
+cm_counted "two rsiw-rsiw connections, both ends on rsiw0" "cm_established+4"
 
 # 3. rsiw (ULP client) connects to siw (rping server).
 inns timeout 60 rping -s -a $b -p $sport -C 1 -S 64 -v >"$TEST_TMP/rping-s" 2>&1 &
 pids+=($!)
 tap_wait "the siw rping server listens on $b:$sport" 30 \
 	sh -c "ip netns exec $ns ss -Hltn | grep -q '$b:$sport'"
+cm_mark
 ulp_ctl clear
 ulp_ctl "client addr=$b port=$sport test=connect" >/dev/null
 res=$(cat "$ULP/result")
@@ -119,13 +149,17 @@ tap_diag "ULP client: $res"
 tap_match "the rsiw client got connected to the siw server (ESTABLISHED)" "^ok [0-9]+ - connect " "$res"
 kill "${pids[-1]}" 2>/dev/null
 tap_diag "rping -s: $(cat "$TEST_TMP/rping-s")"
+cm_counted "connection to siw" "cm_established+1"
 
 # 4. rsiw to rsiw, rejected with private data.
+cm_mark
 ulp_ctl clear
 ulp_ctl "client addr=$a port=$port test=reject" >/dev/null
 tap_match "a rejected connect carries the server's private data" "^ok .*reject" "$(cat "$ULP/result")"
+cm_counted "rsiw-rsiw reject (the server's and the client's end)" "cm_rejected+2"
 
 # 5. A TCP client that sends no MPA Request is dropped after the MPA timeout.
+cm_mark
 start=$(date +%s)
 inns timeout 20 bash -c "exec 3<>/dev/tcp/$a/$port && cat <&3 >/dev/null"
 took=$(($(date +%s) - start))
@@ -135,6 +169,7 @@ else
 	tap_fail "a silent TCP client is dropped after the MPA timeout" "closed after ${took} s"
 fi
 tap_match "the timeout is logged" "no valid MPA Request from $b:[0-9]*: Failed\(Timeout\)" "$(kmsg_since_mark)"
+cm_counted "silent TCP client" "cm_failed+1 cm_mpa_timeouts+1"
 
 # qp_count: how many QPs rsiw0 has.
 qp_count() { rdma res show qp link rsiw0/1 2>/dev/null | grep -c "lqpn"; }
@@ -183,13 +218,17 @@ while True:
 pids+=($!)
 tap_wait "a silent TCP listener runs on $b:$silent" 30 \
 	sh -c "ip netns exec $ns ss -Hltn | grep -q '$b:$silent'"
+cm_mark
 connect_error "MPA Reply timeout" "$b" "$silent"
+cm_counted "MPA Reply timeout" "cm_failed+1 cm_mpa_timeouts+1"
 tap_match "rsiw logs the MPA Reply timeout" "MPA negotiation with $b:$silent failed: Timeout" "$(kmsg_since_mark)"
 
 # 7. rsiw connects to an address nobody owns: the SYNs get no answer.
 tap_check "static neighbour for $nobody (MAC nobody has)" \
 	ip neigh replace "$nobody" lladdr 02:52:53:49:57:3f dev cmv0 nud permanent
+cm_mark
 connect_error "TCP connect timeout" "$nobody" "$port"
+cm_counted "TCP connect timeout" "cm_failed+1"
 
 # 8. RFC 6581 section 8: rsiw connects to a responder (hostile/peer.py) whose
 # enhanced Reply it cannot comply with. rsiw must send one Terminate, its
@@ -200,6 +239,7 @@ setup_terminate() {
 	local kind=$1 expect=$2 dport=$3 desc="enhanced Reply with $4" log=$TEST_TMP/respond-$1.log
 	local qps res ev st pid pst left
 	qps=$(qp_count)
+	cm_mark
 	inns python3 "$SELFTESTS/hostile/peer.py" --addr "$b" --port "$dport" --respond "$kind" \
 		--expect "$expect" >"$log" 2>&1 &
 	pid=$!
@@ -224,6 +264,7 @@ setup_terminate() {
 	left+=$(rdma res show cm_id 2>&1 | grep -F "dst-addr $b:$dport")
 	tap_result "$([ -z "$left" ] && [ "$(qp_count)" = "$qps" ] && echo 0 || echo 1)" \
 		"$desc: no socket, CM id or QP left" "$left" "QPs on rsiw0 before $qps, now $(qp_count)"
+	cm_counted "$desc" "cm_failed+1"
 }
 setup_terminate ird 2/0/0x06 20893 "an ORD above rsiw's IRD"
 # An RTR needs peer-to-peer mode, which rsiw asks for only when told which RTR.
@@ -250,6 +291,34 @@ tap_match "rsiw's Request to siw: rev 2, C=1, enhanced data + private data" \
 	"^${a//./\\.},$sport,$req,,$y,$n,2,[0-9]+,[0-9a-f]{8}" "$mpa"
 tap_match "siw accepts: Reply rev 2, C=1, R=0, with enhanced data" \
 	"^${b//./\\.},[0-9]+,,$rep,$y,$n,2,[0-9]+,[0-9a-f]{8}" "$mpa"
+
+# 9. A peer that opens connections as fast as it can, each sending garbage
+# instead of an MPA Request, cannot flood the kernel log: rsiw logs at most 10
+# of them in 5 s (the kernel's default rate limit for each line of code; one
+# window may have begun before the flood), then how many it dropped.
+flood=50
+# A mark of its own; the splat check at the end goes back to the first one.
+first_mark=$KMSG_MARK
+kmsg_mark
+start=$(date +%s%3N)
+inns bash -c 'for ((i = 0; i < $2; i++)); do
+	exec 3<>"/dev/tcp/$1/$3" && printf "not an MPA Request frame" >&3
+	exec 3>&-
+done' flood "$a" "$flood" "$port"
+flood_done() { ! ss -Htan state established state close-wait "( sport = :$port )" dst "$b" | grep -q .; }
+tap_wait "rsiw closed all $flood connections" 60 flood_done
+ms=$(($(date +%s%3N) - start))
+lines=$(kmsg_since_mark | grep -c "rsiw0: no valid MPA Request from ${b//./\\.}:")
+tap_result "$((lines >= 1 && lines <= 10 * (ms / 5000 + 2) ? 0 : 1))" \
+	"$flood failed setups in $ms ms: rsiw logged at most 10 lines per 5 s" "$lines lines"
+if ((lines < flood)); then
+	# The count of dropped lines comes with the first line of the next window.
+	sleep 6
+	inns bash -c 'exec 3<>"/dev/tcp/$1/$2" && printf "not an MPA Request frame" >&3' _ "$a" "$port"
+	suppressed() { kmsg_since_mark | grep -qE '^rsiw::cm: [0-9]+ callbacks suppressed$'; }
+	tap_wait "rsiw logs how many lines it dropped" 20 suppressed
+fi
+KMSG_MARK=$first_mark
 
 tap_check "stop the ULP server" ulp_ctl stop
 tap_check "rmmod rsiw_ulp" ulp_unload

@@ -2,9 +2,10 @@
 # The host half of `make check`: the protocol core's lints, unit, property,
 # negative and tshark tests, a bounded run of each fuzz target, and the VM
 # runner's splat matcher.
-# Ends with exactly one line "host: N passed, M failed"; exits non-zero if
-# anything failed. FUZZ_SECONDS (default 30) bounds each fuzz target and
-# PROPTEST_CASES (default 1000) sizes the property tests.
+# Ends with a line for each ignored test and then "host: N passed, M failed,
+# K skipped"; exits non-zero if anything failed. FUZZ_SECONDS (default 30)
+# bounds each fuzz target and PROPTEST_CASES (default 1000) sizes the property
+# tests.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CRATE=$ROOT/selftests/proto
@@ -39,6 +40,7 @@ fi
 cargo test --locked --no-fail-fast 2>&1 | tee "$log/test" | grep -E '^test .* \.\.\. |^error' || true
 t_ok=$(grep -cE '^test .* \.\.\. ok$' "$log/test")
 t_bad=$(grep -cE '^test .* \.\.\. FAILED$' "$log/test")
+mapfile -t skipped < <(sed -nE 's/^test (.*) \.\.\. ignored(, (.*))?$/cargo test \1 (\3)/p' "$log/test")
 passed=$((passed + t_ok))
 failed=$((failed + t_bad))
 if grep -qE '^error(\[|:)' "$log/test" && [ "$t_bad" = 0 ]; then
@@ -73,5 +75,8 @@ else
 	notok "VM runner: splat matcher or console excerpt"
 fi
 
-echo "host: $passed passed, $failed failed"
+for skip in "${skipped[@]}"; do
+	echo "# skipped: $skip"
+done
+echo "host: $passed passed, $failed failed, ${#skipped[@]} skipped"
 [ "$failed" = 0 ] && [ "$passed" -gt 0 ]

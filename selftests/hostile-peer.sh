@@ -9,7 +9,9 @@
 # Read Response with no Read outstanding; a Send with a bad CRC, too long for
 # the receive, out of MSN order or with no receive posted; a Send with
 # Invalidate of another PD's STag or of one that does not exist; a Write or
-# Read under a PD's global rkey at an address with no memory; ULPDU_Lengths
+# Read under a PD's global rkey at an address with no memory, of kernel text,
+# rodata or a vmalloc area, or of 4 GiB; a Read Request whose sink Tagged
+# Offset wraps; ULPDU_Lengths
 # that contradict the headers. Each case (a fresh connection) expects a Terminate
 # with the exact Layer/EType/Code (RFC 5040 4.8, RFC 5041 7.2, RFC 5044 8),
 # nothing else, the TCP connection closed, the server's connection ended in
@@ -52,9 +54,26 @@ closed_at_least() {
 	status && ((${ST[closed]:-0} >= $1))
 }
 
+# kernel_addrs: set KADDRS to the peer's options naming the kernel addresses
+# the global-rkey cases aim at (root sees them unmasked): kernel text
+# (_stext), kernel rodata (linux_banner), the zero page and the first page of a
+# vmalloc area. grep stops at the matches: kallsyms is long under TCG.
+KADDRS=()
+kernel_addrs() {
+	local addr sym vm
+	while read -r addr _ sym; do
+		case $sym in
+		_stext) KADDRS+=(--kernel-text "0x$addr") ;;
+		linux_banner) KADDRS+=(--kernel-rodata "0x$addr") ;;
+		empty_zero_page) KADDRS+=(--kernel-zero-page "0x$addr") ;;
+		esac
+	done < <(grep -m 3 -E ' (_stext|linux_banner|empty_zero_page)$' /proc/kallsyms)
+	vm=$(grep -m 1 -E 'pages=[0-9]+ vmalloc' /proc/vmallocinfo) && KADDRS+=(--vmalloc "${vm%%-*}")
+}
+
 # peer_start: start the peer (coprocess PEER_PROC).
 peer_start() {
-	coproc PEER_PROC { exec python3 "$PEER" --addr "$ip" --port "$port" --serve 2>&1; }
+	coproc PEER_PROC { exec python3 "$PEER" --addr "$ip" --port "$port" "${KADDRS[@]}" --serve 2>&1; }
 }
 
 # peer_stop: end the peer (it exits at the end of its input) and reap it.
@@ -96,9 +115,37 @@ declare -A SIW_SKIPS=(
 	[peer-terminate-short]=$siw_unbounded_hdr
 	[global-write-wild]="not run against the C siw: its DMA region (siw_get_dma_mr) takes any address, so the kernel would fault"
 	[global-read-wild]="not run against the C siw: its DMA region (siw_get_dma_mr) takes any address, so the kernel would fault"
+	[global-write-text]="not run against the C siw: its DMA region takes any address, so the kernel would fault"
+	[global-write-rodata]="not run against the C siw: its DMA region takes any address, so the kernel would fault"
+	[global-write-rodata-alias]="not run against the C siw: its DMA region takes any address, so the kernel would fault"
+	[global-write-vmalloc]="not run against the C siw: its DMA region takes any address, so the kernel would fault"
+	[global-read-rodata-alias]="the C siw's DMA region takes any address: it serves the Read"
+	[global-read-huge]="not run against the C siw: its DMA region has no size limit, it would read 4 GiB from the address on"
+	[read-sink-wrap]="the C siw does not check the sink: it sends Read Responses whose Tagged Offsets wrap (siw_init_rresp)"
 )
 SIW_CRC_PLACES="the C siw places payload before it checks the CRC (siw_rx_kva() copies, then updates the CRC)"
 SIW_CLOSE_STATUS="the C siw reports every close with status 0 (siw_cm_upcall(cep, IW_CM_EVENT_CLOSE, 0)) and the ULP cannot see QP events"
+
+# rsiw rate-limits the log lines a peer can cause: at most 10 in 5 s from each
+# line of code (the kernel's default burst and interval). A case starts at
+# least LOG_GAP_MS after the previous one read its log, so that every case
+# gets its line.
+LOG_GAP_MS=550
+log_read_ms=0
+now_ms() { date +%s%3N; }
+log_gap() {
+	local left=$((log_read_ms + LOG_GAP_MS - $(now_ms)))
+	if ((left > 0)); then
+		sleep "$((left / 1000)).$(printf '%03d' $((left % 1000)))"
+	fi
+}
+
+# rsiw's port counters for Terminates and CRC errors (what `rdma statistic show
+# link rsiw0/1` shows), read from sysfs with builtins: each case must move
+# exactly the counter of its Terminate's layer, and a bad CRC rx_crc_errors.
+HW_NAMES=(tx_terminate_rdmap tx_terminate_ddp tx_terminate_llp rx_terminate_rdmap
+	rx_terminate_ddp rx_terminate_llp rx_crc_errors)
+LAYER_NAMES=(rdmap ddp llp)
 
 # check_case NAME EXPECT HOSTILE CONNS DESC [TAMPERED]: run case NAME of the
 # peer, which opens CONNS connections of which HOSTILE get a hostile FPDU, and
@@ -108,7 +155,7 @@ SIW_CLOSE_STATUS="the C siw reports every close with status 0 (siw_cm_upcall(cep
 # log line and no splat.
 check_case() {
 	local name=$1 expect=$2 hostile=$3 conns=$4 desc=$5 tampered=${6:-0} st c0 q0 t0 q t log what
-	local pexpect=$expect layer etype code
+	local pexpect=$expect layer etype code hw0 want=
 	if rsiw_is_reference && [ -n "${SIW_SKIPS[$name]:-}" ]; then
 		tap_skip "$name: $desc" "${SIW_SKIPS[$name]}"
 		return
@@ -121,6 +168,8 @@ check_case() {
 	fi
 	status
 	c0=${ST[closed]} q0=${ST[qp_errors]} t0=${ST[tampered]}
+	rsiw_is_reference || { hw_read "$dev" "${HW_NAMES[@]}"; hw0=$HW_NOW; }
+	log_gap
 	kmsg_mark
 	peer "$name" "$pexpect"
 	st=$?
@@ -139,6 +188,7 @@ check_case() {
 	status
 	q=${ST[qp_errors]} t=${ST[tampered]}
 	log=$(kmsg_since_mark)
+	log_read_ms=$(now_ms)
 	if ((hostile > 0)) && rsiw_is_reference; then
 		tap_skip "$name: $hostile of the server's connections ended in error" "$SIW_CLOSE_STATUS"
 	elif ((q - q0 == hostile)); then
@@ -176,18 +226,35 @@ check_case() {
 		tap_match "$name: $dev logged the protocol error" \
 			"$dev: .*protocol error.*layer $layer etype $etype code $(printf '0x%02x' "$code")" "$log"
 	fi
+	if ! rsiw_is_reference; then
+		case $expect in
+		none | malformed) ;;
+		peer:*) want="rx_terminate_${LAYER_NAMES[${expect:5:1}]}+1" ;;
+		*) want="tx_terminate_${LAYER_NAMES[${expect:0:1}]}+1" ;;
+		esac
+		[[ $name == *-bad-crc ]] && want+=" rx_crc_errors+1"
+		hw_read "$dev" "${HW_NAMES[@]}"
+		if [ "$(hw_deltas "$hw0" "$HW_NOW")" = "${want# }" ]; then
+			tap_ok "$name: port counters moved by: ${want:-nothing}"
+		else
+			tap_fail "$name: port counters moved by: ${want:-nothing}" \
+				"they moved by: $(hw_deltas "$hw0" "$HW_NOW")"
+		fi
+	fi
 	check_no_splat "$name: no kernel splat"
 }
 
 tap_check "the hostile peer's CRC32c and framing match the known vectors" \
 	python3 "$PEER" --self-test
 ulp_setup $dev $nd $mac $ip $port
+kernel_addrs
+tap_diag "kernel addresses for the peer: ${KADDRS[*]}"
 peer_start
 
 # Layer/EType/Code: Layer 0 RDMAP, 1 DDP, 2 LLP (MPA). RDMAP EType 1 is a
 # remote protection error (codes 0 invalid STag, 1 base or bounds, 2 access
-# rights, 3 STag not associated with the stream), EType 2 a remote operation
-# error (7 catastrophic, stream). DDP EType 1 is a tagged buffer error (0
+# rights, 3 STag not associated with the stream, 4 TO wrap), EType 2 a remote
+# operation error (7 catastrophic, stream). DDP EType 1 is a tagged buffer error (0
 # invalid STag, 1 base or bounds, 2 STag not associated, 3 TO wrap), EType 2
 # an untagged one (2 no buffer, 3 MSN out of range, 5 message too long), EType
 # 0 with code 0 a local catastrophic error. LLP EType 0 code 2 is an MPA CRC
@@ -223,6 +290,12 @@ check_case read-ird-overflow 1/2/0x02 1 1 "one RDMA Read Request more than the s
 # A Read Response that answers no outstanding Read is an unexpected opcode
 # (RFC 5040 4.8: RDMAP remote operation error 0x06).
 check_case read-response-unsolicited 0/2/0x06 1 1 "RDMA Read Response with no RDMA Read outstanding"
+# A Read Request whose sink Tagged Offset plus size wraps 2^64: its Read
+# Response could never be sent (RFC 5041 7.1: TO plus length must not wrap),
+# so it is refused at once with RDMAP's remote protection "TO wrap" (RFC 5040
+# 4.8, 0x04), the request's DDP and Read Request headers copied; before, the
+# transmit path waited on it for good. The peer checks every octet.
+check_case read-sink-wrap 0/1/0x04 1 1 "RDMA Read Request whose sink Tagged Offset wraps"
 
 # A PD with IB_PD_UNSAFE_GLOBAL_RKEY (nvme-rdma's register_always=N) gives
 # the peer an rkey for all kernel memory by DMA address. The consumer chose
@@ -231,6 +304,18 @@ check_case read-response-unsolicited 0/2/0x06 1 1 "RDMA Read Response with no RD
 check_case global-rkey none 0 1 "Write and Read back under the PD's global rkey, then an orderly close"
 check_case global-write-wild 1/1/0x01 1 1 "RDMA Write under the global rkey at an address with no memory"
 check_case global-read-wild 0/1/0x01 1 1 "RDMA Read Request under the global rkey from a non-canonical address"
+# It reaches RAM pages of the direct map only, not reserved ones (the kernel
+# image, firmware's) and only where the direct map maps them writable: kernel
+# text, rodata and a vmalloc area are out of reach by any address, and no
+# single access under it covers more than 16 MiB. The zero page is the one
+# reserved page a peer may read.
+check_case global-write-text 1/1/0x01 1 1 "RDMA Write under the global rkey to kernel text"
+check_case global-write-rodata 1/1/0x01 1 1 "RDMA Write under the global rkey to kernel rodata"
+check_case global-write-rodata-alias 1/1/0x01 1 1 "RDMA Write under the global rkey to kernel rodata by its direct-map address"
+check_case global-write-vmalloc 1/1/0x01 1 1 "RDMA Write under the global rkey to a vmalloc area"
+check_case global-read-rodata-alias 0/1/0x01 1 1 "RDMA Read Request under the global rkey of kernel rodata by its direct-map address"
+check_case global-read-huge 0/1/0x01 1 1 "RDMA Read Request of 4 GiB under the global rkey"
+check_case global-read-zero-page none 0 1 "Read of the zero page under the global rkey, then an orderly close"
 
 # Untagged Sends and framing (RFC 5041 7.2, RFC 5044 8).
 check_case send-bad-crc 2/0/0x02 1 1 "Send into a data receive with a bad CRC"
@@ -265,5 +350,31 @@ check_case peer-terminate-short malformed 1 1 "our Terminate without its control
 tap_diag "ULP status: $(cat "$ULP/status")"
 peer_stop
 tap_check "stop the server" ulp_ctl stop
+# The same counters through netlink, the way an administrator reads them:
+# every counter rsiw names, with the values sysfs shows (no traffic now).
+if rsiw_is_reference; then
+	tap_skip "rdma statistic show link $dev/1 agrees with sysfs" "rsiw's own counters"
+else
+	hw_read "$dev" "${HW_NAMES[@]}"
+	stat_out=$(rdma statistic show link "$dev/1" 2>&1)
+	bad=
+	for kv in $HW_NOW; do
+		[[ " $stat_out " == *" ${kv%%=*} ${kv#*=} "* ]] || bad+="${kv%%=*} "
+	done
+	for n in tx_fpdus rx_fpdus tx_payload_bytes rx_payload_bytes \
+		tx_payload_by_reference_bytes tx_payload_copied_bytes rx_payload_bounced_bytes \
+		cm_established cm_rejected cm_failed cm_mpa_timeouts cm_handshakes_refused; do
+		[[ " $stat_out " == *" $n "[0-9]* ]] || bad+="$n(missing) "
+	done
+	[[ $stat_out =~ \ tx_fpdus\ ([0-9]+) ]] && ((BASH_REMATCH[1] > 0)) || bad+="tx_fpdus(zero) "
+	[[ $stat_out =~ \ cm_established\ ([0-9]+) ]] && ((BASH_REMATCH[1] > 0)) || bad+="cm_established(zero) "
+	if [ -z "$bad" ]; then
+		tap_ok "rdma statistic show link $dev/1 agrees with sysfs"
+	else
+		tap_fail "rdma statistic show link $dev/1 agrees with sysfs" "differs: $bad" "$stat_out" "sysfs: $HW_NOW"
+	fi
+	tap_diag "$stat_out"
+fi
+
 tap_check "rmmod rsiw_ulp" ulp_unload
 tap_done

@@ -3,7 +3,9 @@
 # loopback TCP (IPv4 and IPv6): connect/accept, 4 MiB copied and 4 MiB
 # zero-copy sends verified byte by byte by a read_sock receiver driven from
 # data_ready, callbacks installed and removed, half-close, reset, refused and
-# timed-out connects. Each of its KTAP lines becomes a check here; insmod must
+# timed-out connects, and sockets someone else claimed through sk_user_data (as
+# a BPF sockmap does): refused with EBUSY, the claim left alone, and blocked
+# readers still woken by data and FIN. Each of its KTAP lines becomes a check here; insmod must
 # succeed exactly when all passed, and rmmod must leave no splat behind.
 # timeout: 300
 # Helpers are called through tap_check and trap:

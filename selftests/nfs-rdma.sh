@@ -56,12 +56,24 @@ check_rdma_mount() {
 	tap_result "$([ "$(grep -c " state RTS " <<<"$qps")" -ge 2 ]; echo $?)" \
 		"NFSv$vers: rdma res show qp lists client and server QPs in RTS on $dev" "$qps"
 	if rsiw_is_reference; then
-		tap_skip "NFSv$vers: rsiw's established counter grew" "rsiw's debugfs counters; not the C siw"
-	else
-		est=$(ulp_rsiw_mpa established)
-		tap_result "$([ "${est:-0}" -gt "$est0" ]; echo $?)" \
-			"NFSv$vers: rsiw's established counter grew" "established $est0 -> ${est:-?}"
+		tap_skip "NFSv$vers: rsiw's established counter grew" "rsiw's own counters; not the C siw"
+		tap_skip "NFSv$vers: rdma res show qp -dd shows what each connection negotiated" \
+			"rsiw's own details; not the C siw"
+		return
 	fi
+	est=$(rdma statistic show link "$dev/1" 2>&1)
+	[[ $est =~ \ cm_established\ ([0-9]+) ]] && est=${BASH_REMATCH[1]}
+	tap_result "$([ "${est:-0}" -gt "$est0" ]; echo $?)" \
+		"NFSv$vers: rsiw's established counter grew (rdma statistic)" "cm_established $est0 -> ${est:-?}"
+	# The client's QP (initiator) and the server's (responder) on port $NFS_RDMA_PORT.
+	qps=$(timeout 20 rdma res show qp link "$dev/1" -dd 2>&1)
+	# iproute2 prints driver details with a drv_ prefix.
+	local re=" drv_mpa_rev 2 drv_crc 1 drv_markers_tx 0 drv_markers_rx 0 drv_rtr none"
+	re+=" drv_large_fpdu 1 drv_ird [0-9]+ drv_ord [0-9]+ drv_mss [0-9]+ drv_mulpdu [0-9]+"
+	tap_result "$(grep -qE "drv_role initiator$re drv_laddr $ip:[0-9]+ drv_raddr $ip:$NFS_RDMA_PORT" <<<"$qps" &&
+		grep -qE "drv_role responder$re drv_laddr $ip:$NFS_RDMA_PORT drv_raddr $ip:[0-9]+" <<<"$qps"
+		echo $?)" \
+		"NFSv$vers: rdma res show qp -dd shows what each connection negotiated" "$qps"
 }
 
 # run_fio VERS BS SIZE: write SIZE in BS blocks with direct I/O, then read it
@@ -233,8 +245,8 @@ tap_check "knfsd on rdma port $NFS_RDMA_PORT" nfs_server_start "$export_dir" ||
 tap_diag "server up in $(elapsed "$t0") s: $(tr '\n' ' ' </proc/fs/nfsd/portlist), versions $(cat /proc/fs/nfsd/versions)"
 
 for vers in $NFS_VERSIONS; do
-	est0=$(ulp_rsiw_mpa established)
-	est0=${est0:-0}
+	est0=$(rdma statistic show link "$dev/1" 2>&1)
+	[[ $est0 =~ \ cm_established\ ([0-9]+) ]] && est0=${BASH_REMATCH[1]} || est0=0
 	t0=$(date +%s.%N)
 	if ! tap_check "NFSv$vers: mount -o proto=rdma $ip" nfs_mount "$ip" "$export_dir" "$vers" "$mnt"; then
 		continue
@@ -265,7 +277,7 @@ if ((NFS_CYCLES > 0)); then
 	half=$((NFS_CYCLES / 2))
 	t0=$(date +%s.%N)
 	tap_check "mount/umount warm-up cycle" cycles 0 0
-	kmemleak_forget
+	kmemleak_report "no leak before the measured cycles"
 	slab_snapshot "$TEST_TMP/slab0"
 	tap_check "mount, 64 KiB written and read back, umount: cycles 1-$half" cycles 1 "$half"
 	slab_snapshot "$TEST_TMP/slab1"

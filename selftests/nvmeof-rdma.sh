@@ -121,8 +121,15 @@ else
 	tap_result "$([ "${est:-0}" -gt "${est0:-0}" ]; echo $?)" "rsiw's established counter grew" \
 		"established ${est0:-?} -> ${est:-?}"
 fi
-mapfile -t ns < <(nvme_namespaces "$nqn")
 names=(null_blk brd)
+# check_both_namespaces [WHAT]: a check that the host sees both namespaces
+# (in ns), so that the fio checks after it cannot pass by running none.
+check_both_namespaces() {
+	tap_result "$( ((${#ns[@]} == ${#names[@]})); echo $?)" "${1:+$1: }the host sees both namespaces" \
+		"namespaces: ${ns[*]:-none}"
+}
+mapfile -t ns < <(nvme_namespaces "$nqn")
+check_both_namespaces
 for i in "${!ns[@]}"; do
 	for job in $NVME_FIO; do
 		IFS=: read -r rw bs size <<<"$job"
@@ -145,7 +152,7 @@ if ((NVME_CYCLES > 0)); then
 	half=$((NVME_CYCLES / 2))
 	t0=$(date +%s.%N)
 	tap_check "connect/disconnect warm-up cycle" cycles 0 0
-	kmemleak_forget
+	kmemleak_report "no leak before the measured cycles"
 	slab_snapshot "$TEST_TMP/slab0"
 	tap_check "connect, read both namespaces, disconnect: cycles 1-$half" cycles 1 "$half"
 	wait_for 60 ulp_no_qps "$dev"
@@ -189,6 +196,7 @@ if tap_check "SRQ: nvme connect" nvme_connect "$ip" "$svcid" "$nqn"; then
 			"$dev reports no SRQ support or refused ib_create_srq: nvmet-rdma fell back to per-queue RQs"
 	fi
 	mapfile -t ns < <(nvme_namespaces "$nqn")
+	check_both_namespaces SRQ
 	for i in "${!ns[@]}"; do
 		run_fio "SRQ: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" randwrite 4k 4m
 		run_fio "SRQ: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" write 1m 64m
@@ -229,6 +237,7 @@ if tap_check "no host MRs: nvme connect" nvme_connect "$ip" "$svcid" "$nqn"; the
 	pds=$(timeout 20 rdma res show pd dev "$dev" 2>&1)
 	tap_match "no host MRs: a PD on $dev has an unsafe global rkey" "unsafe_global_rkey 0x" "$pds"
 	mapfile -t ns < <(nvme_namespaces "$nqn")
+	check_both_namespaces "no host MRs"
 	for i in "${!ns[@]}"; do
 		run_fio "no host MRs: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" randwrite 4k 4m
 		run_fio "no host MRs: ns $((i + 1)) (${names[$i]:-?})" "${ns[$i]}" write 64k 16m

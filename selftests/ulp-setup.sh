@@ -26,6 +26,8 @@
 #   nvmet_subsys NQN DEV...                nvme_namespaces NQN
 #   nvmet_port ID ADDR SVCID NQN           nvme_ctrls NQN
 #   nvmet_port_del ID NQN, nvmet_subsys_del NQN
+# both, in one VM
+#   nvme_rdma_loop NAME SIZE_MB NQN ADDR SVCID
 # either side
 #   ulp_modprobe MODULE [PARAM=VALUE]..., ulp_cleanup
 #   ulp_res_count DEV KIND, ulp_res_summary DEV, ulp_no_qps DEV (rdma res)
@@ -125,10 +127,10 @@ ulp_no_qps() {
 	[ "$(ulp_res_count "$1" qp)" = 0 ]
 }
 
-# ulp_rsiw_mpa KEY: rsiw's negotiation counter KEY (established, crc, markers,
-# rev1, rtr_*) from /sys/kernel/debug/rsiw/mpa; empty without rsiw.
+# ulp_rsiw_mpa KEY: rsiw's counter KEY (established, crc, markers, rev1,
+# rtr_*, tx_*, rx_*, ...) from /sys/kernel/debug/rsiw/mpa; empty without rsiw.
 ulp_rsiw_mpa() {
-	awk -v k="$1" 'NR == 2 { for (i = 1; i <= NF; i++) { split($i, f, "="); if (f[1] == k) print f[2] } }' \
+	awk -v k="$1" 'NR >= 2 { for (i = 1; i <= NF; i++) { split($i, f, "="); if (f[1] == k) print f[2] } }' \
 		/sys/kernel/debug/rsiw/mpa 2>/dev/null
 }
 
@@ -377,6 +379,17 @@ nvmet_port_del() {
 	fi
 	rmdir "$p" || st=1
 	return $st
+}
+
+# nvme_rdma_loop NAME SIZE_MB NQN ADDR SVCID: target and host in this VM: a
+# memory-backed null_blk device NAME of SIZE_MB as namespace 1 of subsystem
+# NQN, offered on port 1 at ADDR:SVCID, and the host connected to it. Prints
+# the namespace's block device. All undone at cleanup.
+nvme_rdma_loop() {
+	local name=$1 size=$2 nqn=$3 addr=$4 svcid=$5
+	nvmet_null_blk "$name" "$size" && nvmet_subsys "$nqn" "/dev/$name" &&
+		nvmet_port 1 "$addr" "$svcid" "$nqn" && nvme_connect "$addr" "$svcid" "$nqn" || return
+	nvme_namespaces "$nqn" | head -n 1
 }
 
 # ---------------------------------------------------------------- NVMe-oF host

@@ -5,13 +5,14 @@
 # multi-SGE RDMA WRITE, RDMA READ, READ_WITH_INV, inline, zero-length,
 # REG_MR with key rotation, LOCAL_INV; signaled and unsignaled) at sizes 0, 1,
 # 4095, 4096, 65537 and 4 MiB with byte-exact data and guard checks, 64 QPs at
-# once, a reject with private data, teardown with traffic in flight, and the
-# MPA modes (Markers, CRC off, revision 1, each RTR type). The device's
-# limits, read from its attributes (rsiw: 8 SGEs, 1 READ sink SGE, IRD/ORD
-# 128, 32768 work requests; the C siw: 6 SGEs): SEND, receive, WRITE and READ
-# at the SGE limit, one SGE more refused with EINVAL, as many READs at once
-# as the negotiated ORD, and a QP of max_qp_wr (one deeper refused). Each
-# ULP test is one TAP line.
+# once, a reject with private data, teardown with traffic in flight, STag
+# indexes not allocated in sequence (32 MRs in a row), and the MPA modes
+# (Markers, CRC off, revision 1, each RTR type). The device's limits, read
+# from its attributes (rsiw: 8 SGEs, 1 READ sink SGE, IRD/ORD 128, 32768 work
+# requests; the C siw: 6 SGEs): SEND, receive, WRITE and READ at the SGE
+# limit, one SGE more refused with EINVAL, as many READs at once as the
+# negotiated ORD, and a QP of max_qp_wr (one deeper refused). Each ULP test
+# is one TAP line.
 # timeout: 1500
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -93,7 +94,7 @@ ulp_run "QP of max_qp_wr work requests" "$client test=qp_max_wr"
 ulp_run "write, unsignaled" "$client test=write size=65537 sge=3 signaled=0"
 ulp_run "send, unsignaled" "$client test=send size=4096 signaled=0"
 ulp_run "solicited SEND" "$client test=solicited_send size=4096"
-for t in unsolicited_quiet unsignaled inline local_inv reg_mr reject; do
+for t in unsolicited_quiet unsignaled inline local_inv stag_random reg_mr reject; do
 	ulp_run "$t" "$client test=$t"
 done
 # A solicited SEND wakes a CQ armed for solicited completions. The C siw

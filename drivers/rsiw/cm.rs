@@ -2,16 +2,24 @@
 
 //! The iWARP connection manager: MPA connection setup over kernel TCP sockets.
 //!
-//! Every connection (and every listener) is driven by one work item on the system's
-//! long-running workqueue, which runs the whole life of the connection as straight-line code:
-//! TCP connect or accept, the MPA exchange (RFC 5044 §7.1, RFC 6581) through the protocol
-//! core's [`Initiator`]/[`Responder`], the hand-off to the QP ([`crate::qp::link`]), and the
-//! teardown. It sleeps on the endpoint's [`Conn`] wait queue, which the socket upcalls (softirq
-//! context: they only record what happened and wake the worker), the `iw_cm` operations
-//! (`accept`, `reject`) and the QP (a ULP moving it to SQD or ERROR, or the data path reporting
-//! the end of the stream) post events to. All `iw_cm` events of a connection are sent from its
-//! worker, in the order the `iw_cm` accepts, by consuming the tokens of
+//! Event-driven: no worker waits for a peer. Every connection endpoint ([`Conn`]) and every
+//! listener ([`Listener`]) owns a delayed work item on the module's workqueue. Socket upcalls
+//! (softirq: they only record what happened), the `iw_cm` operations (`accept`, `reject`) and the
+//! QP (a ULP moving it to SQD or ERROR, the data path reporting the end) post event bits and
+//! queue the item; the item takes the bits and moves the endpoint's [`Phase`] on, doing only
+//! what cannot block: non-blocking TCP connect, accept and receive, MPA frames of a few hundred
+//! octets into a fresh send buffer, the hand-off to the QP ([`crate::qp::link`]), the teardown.
+//! Each phase that waits for the peer or the ULP has a deadline; the item is queued to run at
+//! it, and then ends the phase as a timeout. All `iw_cm` events of a connection are sent from
+//! its item, in the order the `iw_cm` accepts, by consuming the tokens of
 //! [`kernel::rdma::iwcm`].
+//!
+//! At RTS the socket's upcalls go to the QP ([`QpEvents`]), so received data and write space
+//! reach the data path without the connection manager's lock.
+//!
+//! Admission: a listener lets at most [`MAX_HANDSHAKES`] connections wait for their MPA Request
+//! at once, at most [`MAX_HANDSHAKES_PER_SOURCE`] of them from one address; beyond that a new
+//! connection is reset, with a rate-limited log line.
 //!
 //! Timeouts: the TCP connect ([`CONNECT_TIMEOUT_MS`]), the MPA Request or Reply
 //! ([`MPA_TIMEOUT_MS`]), the ULP's accept or reject of a request ([`ULP_TIMEOUT_MS`]) and an
@@ -32,14 +40,16 @@ use crate::{
         self,
         link::{self, Link, Role},
     },
+    stats::Counter,
 };
 use kernel::{
     irqlock::SpinLockIrq,
     ksock::{
-        errno, Family, IoSlice, ListenerEvents, LockedSock, RecvFlags, SendFlags, Shutdown, Sock,
-        SocketAddr, SocketEvents, TcpListener, TcpSocket, TcpState,
+        errno, ConnectStatus, Family, IoSlice, IpAddr, ListenerEvents, LockedSock, RecvFlags,
+        SendFlags, Shutdown, Sock, SocketAddr, SocketEvents, TcpListener, TcpSocket, TcpState,
     },
-    new_condvar, new_spinlock_irq,
+    new_mutex, new_spinlock_irq,
+    owned_queue::{DelayedWork, DelayedWorkItem},
     prelude::*,
     rdma::{
         device::{Device, Driver},
@@ -49,10 +59,9 @@ use kernel::{
         },
         qp::QpRef,
     },
-    sync::{Arc, CondVar, CondVarTimeoutResult},
-    time::{msecs_to_jiffies, Jiffies, Msecs},
+    sync::{Arc, Mutex},
+    time::{msecs_to_jiffies, Ktime, Msecs},
     types::ARef,
-    workqueue,
 };
 
 /// How long a TCP connect may take.
@@ -63,6 +72,10 @@ pub(crate) const MPA_TIMEOUT_MS: Msecs = 10_000;
 pub(crate) const ULP_TIMEOUT_MS: Msecs = 30_000;
 /// How long an orderly close waits for the peer's FIN before aborting.
 pub(crate) const CLOSE_TIMEOUT_MS: Msecs = 5_000;
+/// Connections a listener lets wait for their MPA Request at once.
+pub(crate) const MAX_HANDSHAKES: usize = 512;
+/// Of those, how many may come from one address.
+pub(crate) const MAX_HANDSHAKES_PER_SOURCE: usize = 64;
 
 /// Data arrived on the socket.
 const EV_DATA: u32 = 1 << 0;
@@ -76,12 +89,12 @@ const EV_ANSWER: u32 = 1 << 3;
 const EV_DISCONNECT: u32 = 1 << 4;
 /// The ULP or the data path aborts (QP to ERROR, fatal error).
 const EV_ABORT: u32 = 1 << 5;
-/// A listener is being destroyed.
-const EV_STOP: u32 = 1 << 6;
-/// A listener's worker has released its socket.
-const EV_EXITED: u32 = 1 << 7;
-/// A connection is waiting on the listener.
-const EV_INCOMING: u32 = 1 << 8;
+/// The TCP connect completed (or failed: then [`EV_CLOSED`] comes too).
+const EV_CONNECTED: u32 = 1 << 6;
+/// The data path handed TCP a Terminate: the connection ends after it.
+const EV_TERMINATED: u32 = 1 << 7;
+/// The peer acknowledged our FIN, and so everything we sent before it.
+const EV_FIN_ACKED: u32 = 1 << 8;
 
 /// The ULP's answer to a connect request.
 enum Answer {
@@ -97,141 +110,275 @@ enum Answer {
     },
 }
 
+/// What upcalls and operations share with the endpoint's work item, behind [`Conn::state`]: a
+/// spinlock that disables interrupts, as events are posted from any context (socket upcalls in
+/// softirq, `iw_cm`'s `accept` and `reject`, the data path through [`link::fatal`] and
+/// [`link::terminated`], a QP's modify or destroy). No other driver lock is taken under it.
 struct ConnState {
-    /// Posted events not yet taken by the worker.
+    /// Posted events not yet taken by the work item.
     events: u32,
     /// The ULP's answer, for a passive endpoint.
     answer: Option<Answer>,
-    /// The worker stopped waiting for an answer: a late accept must fail.
+    /// The request is no longer waiting for an answer: a late accept must fail.
     gone: bool,
-    /// The QP, once the connection is established (for the data path's upcalls).
-    qp: Option<QpRef<Rsiw>>,
+    /// When the current phase times out (milliseconds of `ktime_get`), if it waits.
+    deadline: Option<i64>,
 }
 
-/// The shared state of a connection or listener endpoint: posted events and a wait queue.
+/// An active connection's parameters, from `connect` to the connect reply.
+struct Active {
+    token: Connecting<RsiwCm>,
+    info: ConnectInfo,
+    qp: QpRef<Rsiw>,
+    private_data: KVec<u8>,
+    ird: u16,
+    ord: u16,
+}
+
+/// A passive connection from its accept to the ULP's answer.
+struct Passive {
+    sock: Arc<TcpSocket>,
+    local: SocketAddr,
+    remote: SocketAddr,
+    /// The listener's id, until the request is reported.
+    listen_id: Option<ListenId<RsiwCm>>,
+    /// The connection's slot among the listener's handshakes, until its Request is complete.
+    slot: Option<HandshakeSlot>,
+    /// The Request as received: replayed into a responder with the ULP's IRD/ORD at accept.
+    saved: KVec<u8>,
+    resp: Responder,
+}
+
+/// An established connection.
+struct Established {
+    qp: QpRef<Rsiw>,
+    sock: Arc<TcpSocket>,
+    token: Connected<RsiwCm>,
+}
+
+/// Where a connection is. Each phase that waits names its timeout ([`Phase::timeout`]).
+///
+/// Behind [`Conn::phase`], a mutex: the endpoint's work item holds it for a whole step, which
+/// may sleep in socket calls, and takes [`Conn::state`], the QP lock (attach, detach) and a
+/// listener's handshakes under it. The listener's work item also takes it once, before the
+/// endpoint's item first runs ([`start_passive`]).
+enum Phase {
+    /// Active: nothing done yet.
+    Start(Active),
+    /// Active: the TCP connect is in progress.
+    TcpConnect(Active, Arc<TcpSocket>),
+    /// Active: the MPA Request is out, the Reply awaited.
+    AwaitReply(Active, Arc<TcpSocket>, Initiator),
+    /// Passive: awaiting the MPA Request.
+    AwaitRequest(Passive),
+    /// Passive: the request was reported, the ULP's accept or reject awaited.
+    AwaitAnswer(Passive),
+    /// In RTS, until one side closes.
+    Connected(Established),
+    /// Our FIN is out, the peer's awaited; then the ULP learns the close with this status. The
+    /// ULP closed in order (`Ok`), or a Terminate went out ahead of the FIN.
+    Closing(Established, Result),
+    /// Over.
+    Done,
+}
+
+impl Phase {
+    fn timeout(&self) -> Option<Msecs> {
+        match self {
+            Phase::Start(_) | Phase::TcpConnect(..) => Some(CONNECT_TIMEOUT_MS),
+            Phase::AwaitReply(..) | Phase::AwaitRequest(_) => Some(MPA_TIMEOUT_MS),
+            Phase::AwaitAnswer(_) => Some(ULP_TIMEOUT_MS),
+            Phase::Closing(..) => Some(CLOSE_TIMEOUT_MS),
+            Phase::Connected(_) | Phase::Done => None,
+        }
+    }
+}
+
+/// A connection endpoint.
+///
+/// `state` is taken from any context (irq-safe); `phase` by the work item (and once by the
+/// listener's, before the endpoint's first run).
 #[pin_data]
 pub(crate) struct Conn {
+    /// Held so that unregistering the device (and unloading the module, which destroys the
+    /// workqueue) waits until the endpoint, and so any timer of its work item, is gone.
+    dev: ARef<Device<Rsiw>>,
     #[pin]
     state: SpinLockIrq<ConnState>,
     #[pin]
-    wake: CondVar,
+    phase: Mutex<Phase>,
+    #[pin]
+    work: DelayedWork<Conn>,
+}
+
+kernel::impl_has_delayed_work! {
+    impl HasDelayedWork for Conn { self.work }
 }
 
 impl Conn {
-    fn new() -> Result<Arc<Self>> {
+    /// An endpoint in `phase`, whose deadline starts now. Its work item is not queued yet.
+    fn new(dev: &Device<Rsiw>, phase: Phase) -> Result<Arc<Self>> {
+        let deadline = phase
+            .timeout()
+            .map(|t| now_ms().saturating_add(i64::from(t)));
         Arc::pin_init(
             pin_init!(Self {
+                dev: dev.into(),
                 state <- new_spinlock_irq!(
-                    ConnState { events: 0, answer: None, gone: false, qp: None },
+                    ConnState { events: 0, answer: None, gone: false, deadline },
                     "rsiw::cm::Conn::state"
                 ),
-                wake <- new_condvar!("rsiw::cm::Conn::wake"),
+                phase <- new_mutex!(phase, "rsiw::cm::Conn::phase"),
+                work <- kernel::new_delayed_work!("rsiw::cm::Conn::work"),
             }),
             GFP_KERNEL,
         )
     }
 
-    /// Posts `events` and wakes the worker. Any context.
-    fn post(&self, events: u32) {
-        self.state.lock().events |= events;
-        self.wake.notify_all();
-    }
-
-    /// Waits until one of `mask` is posted, at most `*left` jiffies (`None`: no limit), and
-    /// takes those posted. Returns 0 when the time is up.
-    fn wait(&self, mask: u32, left: &mut Option<Jiffies>) -> u32 {
-        let mut g = self.state.lock();
-        loop {
-            let hit = g.events & mask;
-            if hit != 0 {
-                g.events &= !hit;
-                return hit;
-            }
-            let t = match *left {
-                Some(0) => return 0,
-                Some(t) => t,
-                None => Jiffies::MAX,
-            };
-            match self.wake.wait_interruptible_timeout(&mut g, t) {
-                CondVarTimeoutResult::Woken { jiffies } => {
-                    if left.is_some() {
-                        *left = Some(jiffies)
-                    }
-                }
-                // Workers get no signals; treat one like the end of the time.
-                CondVarTimeoutResult::Timeout | CondVarTimeoutResult::Signal { .. } => {
-                    if left.is_some() {
-                        *left = Some(0)
-                    } else {
-                        return 0;
-                    }
-                }
-            }
-        }
+    /// Posts `events` and queues the work item to take them now. Any context.
+    fn post(this: &Arc<Self>, events: u32) {
+        let mut st = this.state.lock();
+        st.events |= events;
+        // Under the lock, so that the work item's re-arming cannot delay this run.
+        DelayedWork::reschedule(this, crate::device::workqueue(&this.dev), 0);
+        drop(st);
     }
 
     /// The data path hit a fatal error.
-    pub(crate) fn abort(&self) {
-        self.post(EV_ABORT);
+    pub(crate) fn abort(this: &Arc<Self>) {
+        Self::post(this, EV_ABORT);
+    }
+
+    /// The data path handed TCP a Terminate (or had one to send and could not).
+    pub(crate) fn terminated(this: &Arc<Self>) {
+        Self::post(this, EV_TERMINATED);
     }
 
     /// The ULP moved the QP to SQD (`graceful`) or ERROR; the link is already detached.
-    pub(crate) fn ulp_close(&self, graceful: bool) {
-        self.post(if graceful { EV_DISCONNECT } else { EV_ABORT });
+    pub(crate) fn ulp_close(this: &Arc<Self>, graceful: bool) {
+        Self::post(this, if graceful { EV_DISCONNECT } else { EV_ABORT });
     }
 }
 
-/// The upcall handler of a connection's socket.
+/// Milliseconds of the monotonic clock.
+fn now_ms() -> i64 {
+    Ktime::ktime_get().to_ms()
+}
+
+impl DelayedWorkItem for Conn {
+    fn run(this: Arc<Self>) {
+        let mut phase = this.phase.lock();
+        let now = now_ms();
+        let (events, expired) = {
+            let mut st = this.state.lock();
+            let ev = core::mem::take(&mut st.events);
+            (ev, st.deadline.is_some_and(|d| now >= d))
+        };
+        let cur = core::mem::replace(&mut *phase, Phase::Done);
+        let was = core::mem::discriminant(&cur);
+        let next = step(&this, cur, events, expired);
+        let wq = crate::device::workqueue(&this.dev);
+        let changed = core::mem::discriminant(&next) != was;
+        let timeout = next.timeout();
+        let done = matches!(next, Phase::Done);
+        *phase = next;
+        drop(phase);
+        let mut st = this.state.lock();
+        if changed || expired {
+            st.deadline = timeout.map(|t| now.saturating_add(i64::from(t)));
+        }
+        if st.events != 0 {
+            // Posted while this run went on: run again now.
+            DelayedWork::reschedule(&this, wq, 0);
+        } else if done {
+            // A timer still pending would only hold the endpoint.
+            DelayedWork::cancel(&this);
+        } else if let Some(d) = st.deadline {
+            let ms = Msecs::try_from(d.saturating_sub(now).max(0)).unwrap_or(Msecs::MAX);
+            DelayedWork::reschedule(&this, wq, msecs_to_jiffies(ms).saturating_add(1));
+        }
+        drop(st);
+    }
+}
+
+/// Moves a connection on from `phase` after `events`; `expired`: its deadline passed.
+fn step(conn: &Arc<Conn>, phase: Phase, events: u32, expired: bool) -> Phase {
+    match phase {
+        Phase::Start(a) => start_active(conn, a),
+        Phase::TcpConnect(a, sock) => tcp_connected(conn, a, sock, events, expired),
+        Phase::AwaitReply(a, sock, init) => await_reply(conn, a, sock, init, expired),
+        Phase::AwaitRequest(p) => await_request(conn, p, events, expired),
+        Phase::AwaitAnswer(p) => await_answer(conn, p, events, expired),
+        Phase::Connected(e) => connected(e, events),
+        Phase::Closing(e, status) => closing(e, status, events, expired),
+        Phase::Done => Phase::Done,
+    }
+}
+
+/// The event bits a connection's socket state implies once established.
+fn state_events(sock: &TcpSocket) -> u32 {
+    match sock.state() {
+        TcpState::CloseWait | TcpState::LastAck => EV_PEER_FIN,
+        TcpState::FinWait2 => EV_FIN_ACKED,
+        TcpState::Close | TcpState::TimeWait => EV_CLOSED,
+        _ => 0,
+    }
+}
+
+/// Posts what a TCP state change means for the endpoint.
+fn post_state(conn: &Arc<Conn>, state: TcpState) {
+    match state {
+        TcpState::Established => Conn::post(conn, EV_CONNECTED),
+        TcpState::CloseWait => Conn::post(conn, EV_PEER_FIN),
+        TcpState::FinWait2 => Conn::post(conn, EV_FIN_ACKED),
+        TcpState::Close | TcpState::TimeWait => Conn::post(conn, EV_CLOSED),
+        _ => {}
+    }
+}
+
+/// The upcall handler of a connection's socket until RTS.
 struct ConnEvents(Arc<Conn>);
 
-impl ConnEvents {
-    fn qp(&self) -> Option<QpRef<Rsiw>> {
-        self.0.state.lock().qp.clone()
-    }
-}
-
 impl SocketEvents for ConnEvents {
-    fn data_ready(&self, sk: &LockedSock) {
-        match self.qp() {
-            Some(qp) => link::rx_ready(&qp, sk),
-            None => self.0.post(EV_DATA),
-        }
+    fn data_ready(&self, _sk: &LockedSock) {
+        Conn::post(&self.0, EV_DATA);
     }
 
     fn state_change(&self, _sk: &Sock, state: TcpState) {
-        match state {
-            TcpState::CloseWait => self.0.post(EV_PEER_FIN),
-            TcpState::Close | TcpState::TimeWait => self.0.post(EV_CLOSED),
-            _ => {}
-        }
+        post_state(&self.0, state);
     }
 
     fn error_report(&self, _sk: &Sock, err: Option<Error>) {
         if err.is_some() {
-            self.0.post(EV_CLOSED);
+            Conn::post(&self.0, EV_CLOSED);
         }
     }
 }
 
-/// The upcall handler of a listening socket.
-struct ListenEvents(Arc<Conn>);
-
-impl ListenerEvents for ListenEvents {
-    fn incoming(&self, _sk: &Sock) {
-        self.0.post(EV_INCOMING);
-    }
-}
-
-/// A listening endpoint: its worker owns the socket.
-pub(crate) struct Listener {
+/// The upcall handler of a connection's socket in RTS: data and write space go to the QP.
+struct QpEvents {
+    qp: QpRef<Rsiw>,
     conn: Arc<Conn>,
 }
 
-/// rsiw's iw_cm operations.
-pub(crate) struct RsiwCm;
+impl SocketEvents for QpEvents {
+    fn data_ready(&self, sk: &LockedSock) {
+        link::rx_ready(&self.qp, sk);
+    }
 
-fn jiffies(ms: Msecs) -> Option<Jiffies> {
-    Some(msecs_to_jiffies(ms))
+    fn write_space(&self, _sk: &Sock) {
+        link::tx_ready(&self.qp);
+    }
+
+    fn state_change(&self, _sk: &Sock, state: TcpState) {
+        post_state(&self.conn, state);
+    }
+
+    fn error_report(&self, _sk: &Sock, err: Option<Error>) {
+        if err.is_some() {
+            Conn::post(&self.conn, EV_CLOSED);
+        }
+    }
 }
 
 /// Our IRD or ORD as MPA carries it, from a ULP's value.
@@ -260,15 +407,11 @@ fn send_all(sock: &TcpSocket, mut bytes: &[u8]) -> Result {
 /// The MPA negotiation machines, as [`receive_frame`] drives them.
 trait Machine {
     fn on_data(&mut self, input: &[u8]) -> MpaStep;
-    fn on_timeout(&mut self) -> MpaEvent;
 }
 
 impl Machine for Initiator {
     fn on_data(&mut self, input: &[u8]) -> MpaStep {
         Initiator::on_data(self, input)
-    }
-    fn on_timeout(&mut self) -> MpaEvent {
-        Initiator::on_timeout(self)
     }
 }
 
@@ -276,52 +419,48 @@ impl Machine for Responder {
     fn on_data(&mut self, input: &[u8]) -> MpaStep {
         Responder::on_data(self, input)
     }
-    fn on_timeout(&mut self) -> MpaEvent {
-        Responder::on_timeout(self)
-    }
 }
 
-/// Feeds what the socket holds to `m` until it reports something other than
-/// [`MpaEvent::NeedMore`], or the time is up (`None`). Octets past the frame stay queued.
+/// Feeds what the socket holds to `m`: returns its event once it reports something other than
+/// [`MpaEvent::NeedMore`], `None` while it needs octets not received yet. Octets past the frame
+/// stay queued; those consumed are appended to `saved`, if given. Never blocks.
 fn receive_frame(
     sock: &TcpSocket,
-    conn: &Conn,
-    saved: &mut KVec<u8>,
+    mut saved: Option<&mut KVec<u8>>,
     m: &mut impl Machine,
-) -> MpaEvent {
+) -> Option<MpaEvent> {
     let mut buf = [0u8; MAX_FRAME_LEN];
-    let mut left = jiffies(MPA_TIMEOUT_MS);
     loop {
         match sock.recv(&mut buf, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
-            Ok(0) => return MpaEvent::Failed(MpaFailure::Close(closed_error())),
+            Ok(0) => return Some(MpaEvent::Failed(MpaFailure::Close(closed_error()))),
             Ok(n) => {
                 let input = buf.get(..n).unwrap_or(&[]);
                 let step = m.on_data(input);
                 if step.consumed > 0 {
                     let mut sink = [0u8; MAX_FRAME_LEN];
                     let Some(dst) = sink.get_mut(..step.consumed) else {
-                        return MpaEvent::Failed(MpaFailure::Close(closed_error()));
+                        return Some(MpaEvent::Failed(MpaFailure::Close(closed_error())));
                     };
                     // The octets are queued (just peeked), so this cannot block.
-                    if sock.recv(dst, RecvFlags::DONTWAIT) != Ok(step.consumed)
-                        || saved.extend_from_slice(dst, GFP_KERNEL).is_err()
-                    {
-                        return MpaEvent::Failed(MpaFailure::Close(closed_error()));
+                    let taken = sock.recv(dst, RecvFlags::DONTWAIT) == Ok(step.consumed);
+                    let kept = match saved.as_deref_mut() {
+                        Some(v) => v.extend_from_slice(dst, GFP_KERNEL).is_ok(),
+                        None => true,
+                    };
+                    if !taken || !kept {
+                        return Some(MpaEvent::Failed(MpaFailure::Close(closed_error())));
                     }
                 }
                 if step.event != MpaEvent::NeedMore {
-                    return step.event;
+                    return Some(step.event);
                 }
                 if step.consumed < n {
                     // The machine stopped short of what is queued without an event.
-                    return MpaEvent::Failed(MpaFailure::Close(closed_error()));
+                    return Some(MpaEvent::Failed(MpaFailure::Close(closed_error())));
                 }
             }
-            Err(e) if e == EAGAIN => {}
-            Err(_) => return MpaEvent::Failed(MpaFailure::Close(closed_error())),
-        }
-        if conn.wait(EV_DATA | EV_PEER_FIN | EV_CLOSED, &mut left) == 0 {
-            return m.on_timeout();
+            Err(e) if e == EAGAIN => return None,
+            Err(_) => return Some(MpaEvent::Failed(MpaFailure::Close(closed_error()))),
         }
     }
 }
@@ -360,7 +499,7 @@ fn send_setup_terminate(
         .and_then(|n| send_all(sock, buf.get(..n).ok_or(EINVAL)?));
     match sent {
         Ok(()) => {
-            pr_info!(
+            kernel::pr_info_ratelimited!(
                 "{}: sent Terminate layer {} etype {} code {:#04x} to {} (enhanced MPA setup)\n",
                 dev.name(),
                 err.layer() as u8,
@@ -371,7 +510,7 @@ fn send_setup_terminate(
             true
         }
         Err(e) => {
-            pr_info!(
+            kernel::pr_info_ratelimited!(
                 "{}: cannot send the setup Terminate to {}: {:?}\n",
                 dev.name(),
                 remote,
@@ -388,7 +527,7 @@ fn event_pd(pd: &[u8]) -> PrivateData<'_> {
         .unwrap_or(PrivateData::EMPTY)
 }
 
-/// Moves the QP to RTS with the connection attached.
+/// Moves the QP to RTS with the connection attached, and gives the socket's upcalls to it.
 fn establish(
     conn: &Arc<Conn>,
     qp: &QpRef<Rsiw>,
@@ -396,6 +535,13 @@ fn establish(
     negotiated: Negotiated,
     role: Role,
 ) -> Result {
+    let handler = Arc::new(
+        QpEvents {
+            qp: qp.clone(),
+            conn: conn.clone(),
+        },
+        GFP_KERNEL,
+    )?;
     let l = Link {
         socket: sock.clone(),
         negotiated,
@@ -404,7 +550,11 @@ fn establish(
     };
     link::attach(qp, l)?;
     crate::knobs::count(&negotiated);
-    conn.state.lock().qp = Some(qp.clone());
+    conn.dev.data().counters.inc(Counter::CmEstablished);
+    if let Err(e) = sock.set_callbacks(handler) {
+        drop(link::detach(qp));
+        return Err(e);
+    }
     // FPDUs that arrived with or right after the MPA frames are already queued.
     sock.kick_data_ready();
     pr_debug!(
@@ -421,51 +571,642 @@ fn establish(
     Ok(())
 }
 
-/// Runs an established connection until it ends, then closes it and sends the close.
-fn run_connected(conn: &Conn, qp: QpRef<Rsiw>, sock: Arc<TcpSocket>, mut token: Connected<RsiwCm>) {
-    let ev = conn.wait(
-        EV_PEER_FIN | EV_CLOSED | EV_DISCONNECT | EV_ABORT,
-        &mut None,
-    );
-    let hard = ev & (EV_ABORT | EV_CLOSED) != 0;
-    let status = if ev & EV_PEER_FIN != 0 && !hard {
-        // The peer closes in order: tell the ULP, and close our half.
-        let _ = token.disconnect(Ok(()));
-        Ok(())
-    } else if ev & EV_DISCONNECT != 0 && !hard {
-        // The ULP closes in order: send our FIN and give the peer time to answer with its own.
-        let _ = sock.shutdown(Shutdown::Write);
-        let mut left = jiffies(CLOSE_TIMEOUT_MS);
-        let ev = conn.wait(EV_PEER_FIN | EV_CLOSED | EV_ABORT, &mut left);
-        if ev != 0 && ev & EV_ABORT == 0 {
-            Ok(())
-        } else {
-            Err(errno::econnreset())
-        }
-    } else if ev & EV_ABORT != 0 {
-        Err(errno::econnaborted())
-    } else {
-        Err(errno::econnreset())
-    };
-    conn.state.lock().qp = None;
+/// Ends an established connection: closes the socket, moves the QP to ERROR and sends the
+/// close with `status`.
+fn finish(e: Established, status: Result) -> Phase {
+    let Established { qp, sock, token } = e;
     sock.clear_callbacks();
     drop(link::detach(&qp));
     let _ = sock.shutdown(Shutdown::Both);
     drop(sock);
     pr_debug!("connection of QP {} closed\n", qp.qpn());
     let _ = token.close(status);
+    Phase::Done
 }
 
-/// Everything an active connection's worker needs.
-struct Active {
-    dev: ARef<Device<Rsiw>>,
-    token: Connecting<RsiwCm>,
-    info: ConnectInfo,
-    qp: QpRef<Rsiw>,
-    private_data: KVec<u8>,
-    ird: u16,
-    ord: u16,
+/// An established connection: waits for either side to close.
+fn connected(e: Established, events: u32) -> Phase {
+    let ev = events | state_events(&e.sock);
+    let hard = ev & (EV_ABORT | EV_CLOSED) != 0;
+    if ev & EV_TERMINATED != 0 && !hard {
+        // Releasing a socket that holds unread data resets the connection, and a reset drops
+        // what TCP has not sent yet: a Terminate queued behind Read Response data that the
+        // peer's window holds back would be lost. So the FIN follows the Terminate, and the
+        // socket is released once the peer acknowledged that FIN (and with it the Terminate),
+        // or after the close timeout. The QP goes to ERROR now.
+        drop(link::detach(&e.qp));
+        let _ = e.sock.shutdown(Shutdown::Write);
+        Phase::Closing(e, Err(errno::econnaborted()))
+    } else if ev & EV_PEER_FIN != 0 && !hard {
+        // The peer closes in order: tell the ULP, and close our half.
+        let mut e = e;
+        let _ = e.token.disconnect(Ok(()));
+        finish(e, Ok(()))
+    } else if ev & EV_DISCONNECT != 0 && !hard {
+        // The ULP closes in order: send our FIN and give the peer time to answer with its own.
+        let _ = e.sock.shutdown(Shutdown::Write);
+        Phase::Closing(e, Ok(()))
+    } else if ev & EV_ABORT != 0 {
+        finish(e, Err(errno::econnaborted()))
+    } else if ev & EV_CLOSED != 0 {
+        finish(e, Err(errno::econnreset()))
+    } else {
+        Phase::Connected(e)
+    }
 }
+
+/// Our FIN is out: waits for the peer's; after a Terminate (`status` an error) only for the
+/// acknowledgement of ours, which says that the Terminate arrived.
+fn closing(e: Established, status: Result, events: u32, expired: bool) -> Phase {
+    let ev = events | state_events(&e.sock);
+    let over = if status.is_ok() {
+        EV_PEER_FIN | EV_CLOSED
+    } else {
+        EV_FIN_ACKED | EV_CLOSED
+    };
+    if ev & EV_ABORT != 0 || (expired && ev & over == 0) {
+        finish(e, Err(errno::econnreset()))
+    } else if ev & over != 0 {
+        finish(e, status)
+    } else {
+        Phase::Closing(e, status)
+    }
+}
+
+/// Reports a failed active connection (after closing its socket, if any).
+fn fail_active(conn: &Arc<Conn>, a: Active, status: Error, pd: PrivateData<'_>) -> Phase {
+    conn.dev.data().counters.inc(Counter::CmFailed);
+    let _ = a.token.failed(status, pd);
+    Phase::Done
+}
+
+/// The active side's first step: socket, bind, upcalls, non-blocking TCP connect.
+fn start_active(conn: &Arc<Conn>, a: Active) -> Phase {
+    let sock = match TcpSocket::new(Family::of(&a.info.remote))
+        .and_then(|s| Ok(Arc::new(s, GFP_KERNEL)?))
+    {
+        Ok(s) => s,
+        Err(e) => return fail_active(conn, a, e, PrivateData::EMPTY),
+    };
+    let setup = bind_active(&sock, &conn.dev, &a.info)
+        .and_then(|()| sock.set_callbacks(Arc::new(ConnEvents(conn.clone()), GFP_KERNEL)?))
+        .and_then(|()| sock.connect_nonblocking(&a.info.remote));
+    match setup {
+        Ok(ConnectStatus::Connected) => send_request(conn, a, sock),
+        Ok(ConnectStatus::InProgress) => Phase::TcpConnect(a, sock),
+        Err(e) => {
+            pr_debug!("connect to {} failed: {:?}\n", a.info.remote, e);
+            close(sock, false);
+            fail_active(conn, a, e, PrivateData::EMPTY)
+        }
+    }
+}
+
+/// Binds an active connection's socket to the port the RDMA CM chose. That port is free in the
+/// RDMA CM's own port space only: when a TCP socket still holds it (one in TIME_WAIT of a
+/// program that did not set `SO_REUSEADDR`, or a listener the RDMA CM does not know), any free
+/// port is taken instead; the connect reply reports the address in use, which the RDMA CM
+/// adopts.
+fn bind_active(sock: &TcpSocket, dev: &Device<Rsiw>, info: &ConnectInfo) -> Result {
+    match bind(sock, dev, &info.local, info.afonly) {
+        Err(e) if e == errno::eaddrinuse() && info.local.port() != 0 => {
+            let mut any = info.local;
+            any.set_port(0);
+            pr_debug!(
+                "{}: local port {} in use, connecting from another\n",
+                dev.name(),
+                info.local.port()
+            );
+            bind(sock, dev, &any, info.afonly)
+        }
+        r => r,
+    }
+}
+
+/// The TCP connect is in progress.
+fn tcp_connected(
+    conn: &Arc<Conn>,
+    a: Active,
+    sock: Arc<TcpSocket>,
+    events: u32,
+    expired: bool,
+) -> Phase {
+    match sock.state() {
+        TcpState::Established => return send_request(conn, a, sock),
+        TcpState::SynSent if !expired && events & EV_CLOSED == 0 => {
+            return Phase::TcpConnect(a, sock)
+        }
+        _ => {}
+    }
+    let status = match sock.take_error() {
+        Some(e) => e,
+        None if expired => errno::etimedout(),
+        None => errno::econnrefused(),
+    };
+    pr_debug!("connect to {} failed: {:?}\n", a.info.remote, status);
+    close(sock, false);
+    fail_active(conn, a, status, PrivateData::EMPTY)
+}
+
+/// TCP is connected: sends the MPA Request.
+fn send_request(conn: &Arc<Conn>, a: Active, sock: Arc<TcpSocket>) -> Phase {
+    sock.set_nodelay();
+    let (init, frame): (Initiator, MpaFrame) =
+        match Initiator::new(&policy(a.ird, a.ord), &a.private_data) {
+            Ok(x) => x,
+            Err(_) => {
+                close(sock, true);
+                return fail_active(conn, a, EINVAL, PrivateData::EMPTY);
+            }
+        };
+    if let Err(e) = send_all(&sock, frame.as_bytes()) {
+        close(sock, false);
+        return fail_active(conn, a, e, PrivateData::EMPTY);
+    }
+    // The Reply may be queued already.
+    await_reply(conn, a, sock, init, false)
+}
+
+/// The MPA Request is out: takes the Reply.
+fn await_reply(
+    conn: &Arc<Conn>,
+    a: Active,
+    sock: Arc<TcpSocket>,
+    mut init: Initiator,
+    expired: bool,
+) -> Phase {
+    let ev = match receive_frame(&sock, None, &mut init) {
+        Some(ev) => ev,
+        None if expired => {
+            conn.dev.data().counters.inc(Counter::CmMpaTimeouts);
+            init.on_timeout()
+        }
+        None => return Phase::AwaitReply(a, sock, init),
+    };
+    let dev = &conn.dev;
+    let remote = a.info.remote;
+    let n = match ev {
+        MpaEvent::Established(n) => n,
+        MpaEvent::Rejected(_) => {
+            dev.data().counters.inc(Counter::CmRejected);
+            pr_debug!("MPA Request to {} rejected\n", remote);
+            let _ = a
+                .token
+                .failed(errno::econnrefused(), event_pd(init.peer_private_data()));
+            close(sock, true);
+            return Phase::Done;
+        }
+        MpaEvent::Failed(f) => {
+            kernel::pr_info_ratelimited!(
+                "{}: MPA negotiation with {} failed: {:?}\n",
+                dev.name(),
+                remote,
+                f
+            );
+            let status = match f {
+                MpaFailure::Timeout => errno::etimedout(),
+                // The Reply was well-formed but cannot be complied with: a protocol error
+                // (RDMA_CM_EVENT_CONNECT_ERROR), not a rejection by the peer.
+                MpaFailure::Terminate(_) => errno::eproto(),
+                _ => errno::econnreset(),
+            };
+            let graceful = match f {
+                MpaFailure::Terminate(err) => send_setup_terminate(&sock, &init, err, dev, &remote),
+                _ => false,
+            };
+            close(sock, graceful);
+            return fail_active(conn, a, status, PrivateData::EMPTY);
+        }
+        MpaEvent::NeedMore | MpaEvent::RequestReceived => {
+            close(sock, false);
+            return fail_active(conn, a, errno::eproto(), PrivateData::EMPTY);
+        }
+    };
+    let local = sock.local_addr().unwrap_or(a.info.local);
+    let remote = sock.peer_addr().unwrap_or(remote);
+    let Active { token, qp, .. } = a;
+    if let Err(e) = establish(conn, &qp, &sock, n, Role::Initiator) {
+        close(sock, false);
+        let _ = token.failed(e, PrivateData::EMPTY);
+        return Phase::Done;
+    }
+    let ci = ConnInfo {
+        private_data: event_pd(init.peer_private_data()),
+        ird: depth_u8(n.ird),
+        ord: depth_u8(n.ord),
+        local,
+        remote,
+    };
+    match token.connected(&ci) {
+        Ok(token) => {
+            let e = Established { qp, sock, token };
+            // The peer may have closed already.
+            connected(e, 0)
+        }
+        Err(f) => {
+            // No memory for the private data: the connection cannot be reported.
+            sock.clear_callbacks();
+            drop(link::detach(&qp));
+            close(sock, false);
+            let _ = f.back.failed(ENOMEM, PrivateData::EMPTY);
+            Phase::Done
+        }
+    }
+}
+
+/// A passive connection waits for its MPA Request.
+fn await_request(conn: &Arc<Conn>, mut p: Passive, events: u32, expired: bool) -> Phase {
+    let dev = &conn.dev;
+    if events & EV_ABORT != 0 {
+        // The listener is gone: the request could not be reported.
+        close(p.sock, false);
+        return Phase::Done;
+    }
+    let ev = match receive_frame(&p.sock, Some(&mut p.saved), &mut p.resp) {
+        Some(ev) => ev,
+        None if expired => {
+            dev.data().counters.inc(Counter::CmMpaTimeouts);
+            p.resp.on_timeout()
+        }
+        None => return Phase::AwaitRequest(p),
+    };
+    // The handshake slot is free again, whatever comes next.
+    p.slot = None;
+    if ev != MpaEvent::RequestReceived {
+        dev.data().counters.inc(Counter::CmFailed);
+        kernel::pr_info_ratelimited!(
+            "{}: no valid MPA Request from {}: {:?}\n",
+            dev.name(),
+            p.remote,
+            ev
+        );
+        close(p.sock, false);
+        return Phase::Done;
+    }
+    let (peer_ird, peer_ord) = p
+        .resp
+        .request_enhanced()
+        .map_or((IRD_ORD_MAX, IRD_ORD_MAX), |e| (e.ird, e.ord));
+    let cap = depth(qp::MAX_IRD_ORD);
+    if p.resp.peer_private_data().len() > PrivateData::MAX_LEN {
+        kernel::pr_info_ratelimited!(
+            "{}: MPA Request from {} has more private data than iw_cm takes\n",
+            dev.name(),
+            p.remote
+        );
+        if let Ok(frame) = p.resp.reject(&[]) {
+            let _ = send_all(&p.sock, frame.as_bytes());
+        }
+        close(p.sock, true);
+        return Phase::Done;
+    }
+    let info = ConnInfo {
+        private_data: event_pd(p.resp.peer_private_data()),
+        ird: depth_u8(peer_ord.min(cap)),
+        ord: depth_u8(peer_ird.min(cap)),
+        local: p.local,
+        remote: p.remote,
+    };
+    let Some(listen_id) = p.listen_id.take() else {
+        close(p.sock, false);
+        return Phase::Done;
+    };
+    if let Err(f) = listen_id.connect_request(conn.clone(), &info) {
+        kernel::pr_info_ratelimited!(
+            "{}: connect request from {} dropped: {:?}\n",
+            dev.name(),
+            p.remote,
+            f.error
+        );
+        close(p.sock, false);
+        return Phase::Done;
+    }
+    Phase::AwaitAnswer(p)
+}
+
+/// The request was reported: waits for the ULP's accept or reject.
+fn await_answer(conn: &Arc<Conn>, mut p: Passive, events: u32, expired: bool) -> Phase {
+    let dev = &conn.dev;
+    let answer = {
+        let mut st = conn.state.lock();
+        let answer = st.answer.take();
+        if answer.is_none() && !expired && events & (EV_CLOSED | EV_PEER_FIN) == 0 {
+            return Phase::AwaitAnswer(p);
+        }
+        st.gone = true;
+        answer
+    };
+    let Some(answer) = answer else {
+        dev.data().counters.inc(Counter::CmFailed);
+        kernel::pr_info_ratelimited!(
+            "{}: connect request from {} not answered\n",
+            dev.name(),
+            p.remote
+        );
+        close(p.sock, false);
+        return Phase::Done;
+    };
+    let (token, qp, pd, ird, ord) = match answer {
+        Answer::Reject { private_data } => {
+            dev.data().counters.inc(Counter::CmRejected);
+            if let Ok(frame) = p.resp.reject(&private_data) {
+                let _ = send_all(&p.sock, frame.as_bytes());
+            }
+            close(p.sock, true);
+            return Phase::Done;
+        }
+        Answer::Accept {
+            token,
+            qp,
+            private_data,
+            ird,
+            ord,
+        } => (token, qp, private_data, ird, ord),
+    };
+    let sock = p.sock;
+    let mut resp = Responder::new(&policy(ird, ord));
+    let replay = resp.on_data(&p.saved);
+    let accepted = if replay.event == MpaEvent::RequestReceived {
+        resp.accept(&pd)
+    } else {
+        Err(MpaFailure::Close(closed_error()))
+    };
+    let (frame, n) = match accepted {
+        Ok(x) => x,
+        Err(f) => {
+            dev.data().counters.inc(Counter::CmFailed);
+            kernel::pr_info_ratelimited!(
+                "{}: cannot accept MPA Request from {}: {:?}\n",
+                dev.name(),
+                p.remote,
+                f
+            );
+            close(sock, false);
+            // Dropping the token sends the established event and a close.
+            drop(token);
+            return Phase::Done;
+        }
+    };
+    if let Err(e) = establish(conn, &qp, &sock, n, Role::Responder) {
+        dev.data().counters.inc(Counter::CmFailed);
+        kernel::pr_info_ratelimited!(
+            "{}: QP {} cannot go to RTS: {:?}\n",
+            dev.name(),
+            qp.qpn(),
+            e
+        );
+        close(sock, false);
+        drop(token);
+        return Phase::Done;
+    }
+    let sent = send_all(&sock, frame.as_bytes());
+    match token.established(depth_u8(n.ird), depth_u8(n.ord)) {
+        Ok(token) => {
+            let e = Established { qp, sock, token };
+            connected(e, if sent.is_err() { EV_CLOSED } else { 0 })
+        }
+        Err(f) => {
+            sock.clear_callbacks();
+            drop(link::detach(&qp));
+            close(sock, false);
+            drop(f.back);
+            Phase::Done
+        }
+    }
+}
+
+/// A connection of a listener waiting for its MPA Request.
+struct Waiting {
+    source: IpAddr,
+    /// Its endpoint, once made (to abort it when the listener goes).
+    conn: Option<Arc<Conn>>,
+}
+
+/// A listener's connections waiting for their MPA Request, behind [`Listener::handshakes`]: a
+/// spinlock that disables interrupts, as a slot is freed wherever the endpoint holding it is
+/// dropped, not only by work items. Taken under the listener's socket mutex and an endpoint's
+/// phase; no other lock is taken under it.
+struct Handshakes {
+    /// One entry per waiting connection; freed entries (`None`) are reused, so there are
+    /// never more than [`MAX_HANDSHAKES`], the capacity reserved at creation.
+    slots: KVec<Option<Waiting>>,
+    /// The entries in use.
+    total: usize,
+}
+
+/// A connection's entry among its listener's handshakes; freed on drop.
+struct HandshakeSlot {
+    listener: Arc<Listener>,
+    index: usize,
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        let mut h = self.listener.handshakes.lock();
+        // The endpoint reference dropped here is never the last: the slot lives in the
+        // endpoint's own phase.
+        if let Some(e) = h.slots.get_mut(self.index) {
+            if e.take().is_some() {
+                h.total = h.total.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// A listening endpoint.
+///
+/// `handshakes` is taken from any context (a slot may be freed wherever an endpoint goes);
+/// `sock` only by the work item, `create_listen` and `destroy_listen`.
+#[pin_data]
+pub(crate) struct Listener {
+    /// Held so that unregistering the device waits for the listener (see [`Conn::dev`]).
+    dev: ARef<Device<Rsiw>>,
+    id: ListenId<RsiwCm>,
+    /// The listening socket, taken by `destroy_listen`. A mutex, locked in process context by
+    /// the work item, `create_listen` and `destroy_listen`: the work item holds it across a round
+    /// of accepts (which sleep for the socket lock), taking the handshakes and new endpoints'
+    /// phase and state under it, so `destroy_listen` waits for that round.
+    #[pin]
+    sock: Mutex<Option<TcpListener>>,
+    #[pin]
+    handshakes: SpinLockIrq<Handshakes>,
+    #[pin]
+    work: DelayedWork<Listener>,
+}
+
+kernel::impl_has_delayed_work! {
+    impl HasDelayedWork for Listener { self.work }
+}
+
+impl Listener {
+    /// Takes a handshake slot for a connection from `source`, unless the listener is full.
+    fn admit(this: &Arc<Self>, source: IpAddr) -> Result<HandshakeSlot> {
+        let mut h = this.handshakes.lock();
+        if h.total >= MAX_HANDSHAKES {
+            return Err(EBUSY);
+        }
+        let from_source = h
+            .slots
+            .iter()
+            .flatten()
+            .filter(|w| w.source == source)
+            .count();
+        if from_source >= MAX_HANDSHAKES_PER_SOURCE {
+            return Err(EBUSY);
+        }
+        let entry = Some(Waiting { source, conn: None });
+        let index = match h.slots.iter().position(|e| e.is_none()) {
+            Some(i) => {
+                if let Some(e) = h.slots.get_mut(i) {
+                    *e = entry;
+                }
+                i
+            }
+            None => {
+                // Every entry in use, fewer than `MAX_HANDSHAKES`: within the reserved
+                // capacity, so this does not allocate.
+                h.slots.push(entry, GFP_ATOMIC)?;
+                h.slots.len() - 1
+            }
+        };
+        h.total += 1;
+        Ok(HandshakeSlot {
+            listener: this.clone(),
+            index,
+        })
+    }
+
+    /// Records the endpoint of the connection in handshake slot `index`, before its work item
+    /// first runs (which is when the slot may go).
+    fn attach(this: &Arc<Self>, index: usize, conn: &Arc<Conn>) {
+        let mut h = this.handshakes.lock();
+        if let Some(Some(w)) = h.slots.get_mut(index) {
+            w.conn = Some(conn.clone());
+        }
+    }
+
+    /// Aborts every connection still waiting for its MPA Request (its request could not be
+    /// reported any more). Process context.
+    fn abort_handshakes(this: &Arc<Self>) {
+        let Ok(mut waiting) = KVec::with_capacity(MAX_HANDSHAKES, GFP_KERNEL) else {
+            // They time out instead.
+            return;
+        };
+        {
+            let h = this.handshakes.lock();
+            for c in h.slots.iter().flatten().filter_map(|w| w.conn.as_ref()) {
+                // Within the capacity: does not allocate.
+                if waiting.push(c.clone(), GFP_ATOMIC).is_err() {
+                    break;
+                }
+            }
+        }
+        for c in waiting.iter() {
+            Conn::post(c, EV_ABORT);
+        }
+    }
+}
+
+impl DelayedWorkItem for Listener {
+    /// Accepts every pending connection and starts its endpoint.
+    fn run(this: Arc<Self>) {
+        let guard = this.sock.lock();
+        let Some(sock) = guard.as_ref() else {
+            return;
+        };
+        loop {
+            match sock.accept() {
+                Ok(Some(s)) => start_passive(&this, s),
+                Ok(None) => break,
+                Err(e) => {
+                    kernel::pr_warn_ratelimited!("{}: accept failed: {:?}\n", this.dev.name(), e);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Starts the endpoint of an accepted connection, or resets it if the listener is full.
+fn start_passive(l: &Arc<Listener>, s: TcpSocket) {
+    let dev = &l.dev;
+    let (local, remote) = match (s.local_addr(), s.peer_addr()) {
+        (Ok(a), Ok(b)) => (a, b),
+        _ => return,
+    };
+    let slot = match Listener::admit(l, remote.ip()) {
+        Ok(slot) => slot,
+        Err(_) => {
+            dev.data().counters.inc(Counter::CmHandshakesRefused);
+            kernel::pr_info_ratelimited!(
+                "{}: too many MPA handshakes in progress: connection from {} reset\n",
+                dev.name(),
+                remote
+            );
+            s.set_abortive_close();
+            return;
+        }
+    };
+    let Ok(sock) = Arc::new(s, GFP_KERNEL) else {
+        return;
+    };
+    let index = slot.index;
+    let p = Passive {
+        sock: sock.clone(),
+        local,
+        remote,
+        listen_id: Some(l.id.clone()),
+        slot: Some(slot),
+        saved: KVec::new(),
+        // Our IRD/ORD are the ULP's, known only at accept: the Request is kept and replayed
+        // into a responder with the final policy then.
+        resp: Responder::new(&policy(depth(qp::MAX_IRD_ORD), depth(qp::MAX_IRD_ORD))),
+    };
+    let conn = match Conn::new(dev, Phase::AwaitRequest(p)) {
+        Ok(c) => c,
+        Err(_) => {
+            kernel::pr_warn_ratelimited!(
+                "{}: out of memory, connection from {} dropped\n",
+                dev.name(),
+                remote
+            );
+            sock.set_abortive_close();
+            return;
+        }
+    };
+    let installed = Arc::new(ConnEvents(conn.clone()), GFP_KERNEL)
+        .map_err(Error::from)
+        .and_then(|h| sock.set_callbacks(h));
+    if let Err(e) = installed {
+        kernel::pr_info_ratelimited!(
+            "{}: connection from {} refused: {:?}\n",
+            dev.name(),
+            remote,
+            e
+        );
+        sock.set_abortive_close();
+        drop(sock);
+        // Drops the socket (a reset), the handshake slot and the listener's id.
+        *conn.phase.lock() = Phase::Done;
+        return;
+    }
+    sock.set_nodelay();
+    Listener::attach(l, index, &conn);
+    // The Request may be queued already; the first run also arms the MPA timeout.
+    Conn::post(&conn, EV_DATA);
+}
+
+/// The upcall handler of a listening socket.
+struct ListenEvents(Arc<Listener>);
+
+impl ListenerEvents for ListenEvents {
+    fn incoming(&self, _sk: &Sock) {
+        DelayedWork::reschedule(&self.0, crate::device::workqueue(&self.0.dev), 0);
+    }
+}
+
+/// rsiw's iw_cm operations.
+pub(crate) struct RsiwCm;
 
 /// Binds `sock` for `local` on `dev`: a wildcard address binds to the device's netdev.
 fn bind(sock: &TcpSocket, dev: &Device<Rsiw>, local: &SocketAddr, afonly: bool) -> Result {
@@ -482,308 +1223,6 @@ fn bind(sock: &TcpSocket, dev: &Device<Rsiw>, local: &SocketAddr, afonly: bool) 
         sock.bind(local)?;
     }
     Ok(())
-}
-
-/// The active side: TCP connect, MPA Request, Reply, RTS, connected.
-fn run_active(a: Active) {
-    let Active {
-        dev,
-        token,
-        info,
-        qp,
-        private_data,
-        ird,
-        ord,
-    } = a;
-    let conn = match Conn::new() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = token.failed(e, PrivateData::EMPTY);
-            return;
-        }
-    };
-    let sock =
-        match TcpSocket::new(Family::of(&info.remote)).and_then(|s| Ok(Arc::new(s, GFP_KERNEL)?)) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = token.failed(e, PrivateData::EMPTY);
-                return;
-            }
-        };
-    let setup = bind(&sock, &dev, &info.local, info.afonly)
-        .and_then(|()| sock.set_callbacks(Arc::new(ConnEvents(conn.clone()), GFP_KERNEL)?))
-        .and_then(|()| sock.connect(&info.remote, Some(CONNECT_TIMEOUT_MS)));
-    if let Err(e) = setup {
-        pr_debug!("connect to {} failed: {:?}\n", info.remote, e);
-        close(sock, false);
-        let _ = token.failed(e, PrivateData::EMPTY);
-        return;
-    }
-    sock.set_nodelay();
-    let (mut init, frame): (Initiator, MpaFrame) =
-        match Initiator::new(&policy(ird, ord), &private_data) {
-            Ok(x) => x,
-            Err(_) => {
-                close(sock, true);
-                let _ = token.failed(EINVAL, PrivateData::EMPTY);
-                return;
-            }
-        };
-    if let Err(e) = send_all(&sock, frame.as_bytes()) {
-        close(sock, false);
-        let _ = token.failed(e, PrivateData::EMPTY);
-        return;
-    }
-    let mut saved = KVec::new();
-    let ev = receive_frame(&sock, &conn, &mut saved, &mut init);
-    let peer_pd = init.peer_private_data();
-    let n = match ev {
-        MpaEvent::Established(n) => n,
-        MpaEvent::Rejected(_) => {
-            pr_debug!("MPA Request to {} rejected\n", info.remote);
-            let _ = token.failed(errno::econnrefused(), event_pd(peer_pd));
-            close(sock, true);
-            return;
-        }
-        MpaEvent::Failed(f) => {
-            pr_info!(
-                "{}: MPA negotiation with {} failed: {:?}\n",
-                dev.name(),
-                info.remote,
-                f
-            );
-            let status = match f {
-                MpaFailure::Timeout => errno::etimedout(),
-                // The Reply was well-formed but cannot be complied with: a protocol error
-                // (RDMA_CM_EVENT_CONNECT_ERROR), not a rejection by the peer.
-                MpaFailure::Terminate(_) => errno::eproto(),
-                _ => errno::econnreset(),
-            };
-            let graceful = match f {
-                MpaFailure::Terminate(err) => {
-                    send_setup_terminate(&sock, &init, err, &dev, &info.remote)
-                }
-                _ => false,
-            };
-            close(sock, graceful);
-            let _ = token.failed(status, PrivateData::EMPTY);
-            return;
-        }
-        MpaEvent::NeedMore | MpaEvent::RequestReceived => {
-            close(sock, false);
-            let _ = token.failed(errno::eproto(), PrivateData::EMPTY);
-            return;
-        }
-    };
-    let local = sock.local_addr().unwrap_or(info.local);
-    let remote = sock.peer_addr().unwrap_or(info.remote);
-    if let Err(e) = establish(&conn, &qp, &sock, n, Role::Initiator) {
-        close(sock, false);
-        let _ = token.failed(e, PrivateData::EMPTY);
-        return;
-    }
-    let ci = ConnInfo {
-        private_data: event_pd(peer_pd),
-        ird: depth_u8(n.ird),
-        ord: depth_u8(n.ord),
-        local,
-        remote,
-    };
-    let token = match token.connected(&ci) {
-        Ok(t) => t,
-        Err(f) => {
-            // No memory for the private data: the connection cannot be reported.
-            conn.state.lock().qp = None;
-            sock.clear_callbacks();
-            drop(link::detach(&qp));
-            close(sock, false);
-            let _ = f.back.failed(ENOMEM, PrivateData::EMPTY);
-            return;
-        }
-    };
-    run_connected(&conn, qp, sock, token);
-}
-
-/// Everything a passive connection's worker needs.
-struct Passive {
-    /// Held so that unregistering the device (and unloading the module) waits for the worker.
-    dev: ARef<Device<Rsiw>>,
-    listener: ListenId<RsiwCm>,
-    sock: Arc<TcpSocket>,
-}
-
-/// The passive side: MPA Request, connect request, the ULP's answer, Reply, RTS, connected.
-fn run_passive(p: Passive) {
-    let Passive {
-        dev: _dev,
-        listener,
-        sock,
-    } = p;
-    let conn = match Conn::new() {
-        Ok(c) => c,
-        Err(_) => return close(sock, false),
-    };
-    let handler = match Arc::new(ConnEvents(conn.clone()), GFP_KERNEL) {
-        Ok(h) => h,
-        Err(_) => return close(sock, false),
-    };
-    if sock.set_callbacks(handler).is_err() {
-        return close(sock, false);
-    }
-    sock.set_nodelay();
-    let remote = match (sock.local_addr(), sock.peer_addr()) {
-        (Ok(l), Ok(r)) => (l, r),
-        _ => return close(sock, false),
-    };
-    let (local, remote) = remote;
-    // Our IRD/ORD are the ULP's, known only at accept: the Request is kept and replayed into
-    // a responder with the final policy then.
-    let mut saved = KVec::new();
-    let mut resp = Responder::new(&policy(depth(qp::MAX_IRD_ORD), depth(qp::MAX_IRD_ORD)));
-    let ev = receive_frame(&sock, &conn, &mut saved, &mut resp);
-    if ev != MpaEvent::RequestReceived {
-        pr_info!("no valid MPA Request from {}: {:?}\n", remote, ev);
-        return close(sock, false);
-    }
-    let (peer_ird, peer_ord) = resp
-        .request_enhanced()
-        .map_or((IRD_ORD_MAX, IRD_ORD_MAX), |e| (e.ird, e.ord));
-    let cap = depth(qp::MAX_IRD_ORD);
-    let info = ConnInfo {
-        private_data: event_pd(resp.peer_private_data()),
-        ird: depth_u8(peer_ord.min(cap)),
-        ord: depth_u8(peer_ird.min(cap)),
-        local,
-        remote,
-    };
-    if resp.peer_private_data().len() > PrivateData::MAX_LEN {
-        pr_info!(
-            "rsiw: MPA Request from {} has more private data than iw_cm takes\n",
-            remote
-        );
-        if let Ok(frame) = resp.reject(&[]) {
-            let _ = send_all(&sock, frame.as_bytes());
-        }
-        return close(sock, true);
-    }
-    if let Err(f) = listener.connect_request(conn.clone(), &info) {
-        pr_info!(
-            "rsiw: connect request from {} dropped: {:?}\n",
-            remote,
-            f.error
-        );
-        return close(sock, false);
-    }
-    drop(listener);
-    let mut left = jiffies(ULP_TIMEOUT_MS);
-    let ev = conn.wait(EV_ANSWER | EV_CLOSED | EV_PEER_FIN, &mut left);
-    let answer = {
-        let mut st = conn.state.lock();
-        st.gone = true;
-        st.answer.take()
-    };
-    let _ = ev;
-    let Some(answer) = answer else {
-        pr_info!("connect request from {} not answered\n", remote);
-        return close(sock, false);
-    };
-    let (token, qp, pd, ird, ord) = match answer {
-        Answer::Reject { private_data } => {
-            if let Ok(frame) = resp.reject(&private_data) {
-                let _ = send_all(&sock, frame.as_bytes());
-            }
-            return close(sock, true);
-        }
-        Answer::Accept {
-            token,
-            qp,
-            private_data,
-            ird,
-            ord,
-        } => (token, qp, private_data, ird, ord),
-    };
-    let mut resp = Responder::new(&policy(ird, ord));
-    let replay = resp.on_data(&saved);
-    let accepted = if replay.event == MpaEvent::RequestReceived {
-        resp.accept(&pd)
-    } else {
-        Err(MpaFailure::Close(closed_error()))
-    };
-    let (frame, n) = match accepted {
-        Ok(x) => x,
-        Err(f) => {
-            pr_info!("cannot accept MPA Request from {}: {:?}\n", remote, f);
-            close(sock, false);
-            // Dropping the token sends the established event and a close.
-            drop(token);
-            return;
-        }
-    };
-    if let Err(e) = establish(&conn, &qp, &sock, n, Role::Responder) {
-        pr_info!("QP {} cannot go to RTS: {:?}\n", qp.qpn(), e);
-        close(sock, false);
-        drop(token);
-        return;
-    }
-    if send_all(&sock, frame.as_bytes()).is_err() {
-        conn.post(EV_CLOSED);
-    }
-    match token.established(depth_u8(n.ird), depth_u8(n.ord)) {
-        Ok(t) => run_connected(&conn, qp, sock, t),
-        Err(f) => {
-            conn.state.lock().qp = None;
-            sock.clear_callbacks();
-            drop(link::detach(&qp));
-            close(sock, false);
-            drop(f.back);
-        }
-    }
-}
-
-/// A listener's worker: accepts connections and starts a passive worker for each.
-///
-/// Holds `dev` so that unregistering the device (and unloading the module) waits for it; the
-/// RDMA CM destroys its listeners before that wait.
-fn run_listener(
-    dev: ARef<Device<Rsiw>>,
-    listener: ListenId<RsiwCm>,
-    sock: TcpListener,
-    conn: Arc<Conn>,
-) {
-    loop {
-        loop {
-            match sock.accept() {
-                Ok(Some(s)) => {
-                    let Ok(s) = Arc::new(s, GFP_KERNEL) else {
-                        continue;
-                    };
-                    let p = Passive {
-                        dev: dev.clone(),
-                        listener: listener.clone(),
-                        sock: s,
-                    };
-                    if workqueue::system_long()
-                        .try_spawn(GFP_KERNEL, move || run_passive(p))
-                        .is_err()
-                    {
-                        pr_warn!("out of memory, connection dropped\n");
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    pr_warn!("accept failed: {:?}\n", e);
-                    break;
-                }
-            }
-        }
-        if conn.wait(EV_INCOMING | EV_STOP, &mut None) & EV_STOP != 0 {
-            break;
-        }
-    }
-    sock.clear_callbacks();
-    drop(sock);
-    drop(listener);
-    conn.post(EV_EXITED);
 }
 
 /// The QP and a copy of the private data of a `connect` or `accept`.
@@ -803,7 +1242,7 @@ fn ulp_args(dev: &Device<Rsiw>, param: &ConnParam<'_>) -> Result<(QpRef<Rsiw>, K
 impl IwCm for RsiwCm {
     type Driver = Rsiw;
     type Endpoint = Arc<Conn>;
-    type Listener = KBox<Listener>;
+    type Listener = Arc<Listener>;
 
     fn connect(
         dev: &Device<Rsiw>,
@@ -816,7 +1255,6 @@ impl IwCm for RsiwCm {
             Err(e) => return Err(Failed::new(e, conn)),
         };
         let a = Active {
-            dev: dev.into(),
             token: conn,
             info: *info,
             qp,
@@ -824,13 +1262,11 @@ impl IwCm for RsiwCm {
             ird: depth(param.ird),
             ord: depth(param.ord),
         };
-        // The closure owns the token: if it cannot be queued, it is dropped with it and the
-        // connect reply reports the failure, so the operation itself succeeded.
-        if workqueue::system_long()
-            .try_spawn(GFP_KERNEL, move || run_active(a))
-            .is_err()
-        {
-            pr_warn!("out of memory for a connect\n");
+        // The endpoint owns the token: if it cannot be made, the token is dropped with it and
+        // the connect reply reports the failure, so the operation itself succeeded.
+        match Conn::new(dev, Phase::Start(a)) {
+            Ok(c) => Conn::post(&c, 0),
+            Err(_) => pr_warn!("{}: out of memory for a connect\n", dev.name()),
         }
         Ok(())
     }
@@ -857,7 +1293,7 @@ impl IwCm for RsiwCm {
             ord: depth(param.ord),
         });
         drop(st);
-        endpoint.post(EV_ANSWER);
+        Conn::post(&endpoint, EV_ANSWER);
         Ok(())
     }
 
@@ -870,7 +1306,7 @@ impl IwCm for RsiwCm {
         }
         st.answer = Some(Answer::Reject { private_data });
         drop(st);
-        endpoint.post(EV_ANSWER);
+        Conn::post(&endpoint, EV_ANSWER);
         Ok(())
     }
 
@@ -879,25 +1315,42 @@ impl IwCm for RsiwCm {
         listener: ListenId<Self>,
         info: &ListenInfo,
         backlog: u32,
-    ) -> Result<KBox<Listener>> {
-        let conn = Conn::new()?;
+    ) -> Result<Arc<Listener>> {
         let sock = TcpSocket::new(Family::of(&info.local))?;
         bind(&sock, dev, &info.local, info.afonly)?;
         let sock = sock.listen(backlog.max(1))?;
-        sock.set_callbacks(Arc::new(ListenEvents(conn.clone()), GFP_KERNEL)?)?;
-        let state = KBox::new(Listener { conn: conn.clone() }, GFP_KERNEL)?;
-        let d: ARef<Device<Rsiw>> = dev.into();
-        workqueue::system_long()
-            .try_spawn(GFP_KERNEL, move || run_listener(d, listener, sock, conn))
-            .map_err(|_| ENOMEM)?;
+        let mut slots = KVec::new();
+        slots.reserve(MAX_HANDSHAKES, GFP_KERNEL)?;
+        let l = Arc::pin_init(
+            pin_init!(Listener {
+                dev: dev.into(),
+                id: listener,
+                sock <- new_mutex!(None, "rsiw::cm::Listener::sock"),
+                handshakes <- new_spinlock_irq!(
+                    Handshakes { slots, total: 0 },
+                    "rsiw::cm::Listener::handshakes"
+                ),
+                work <- kernel::new_delayed_work!("rsiw::cm::Listener::work"),
+            }),
+            GFP_KERNEL,
+        )?;
+        sock.set_callbacks(Arc::new(ListenEvents(l.clone()), GFP_KERNEL)?)?;
+        *l.sock.lock() = Some(sock);
+        // Connections that arrived before the upcalls were ours.
+        DelayedWork::reschedule(&l, crate::device::workqueue(dev), 0);
         pr_debug!("{} listens on {}\n", dev.name(), info.local);
-        Ok(state)
+        Ok(l)
     }
 
-    fn destroy_listen(_dev: &Device<Rsiw>, listener: KBox<Listener>) -> Result {
-        listener.conn.post(EV_STOP);
-        // The worker never waits for the `iw_cm`, so this wait is bounded.
-        let _ = listener.conn.wait(EV_EXITED, &mut None);
+    fn destroy_listen(_dev: &Device<Rsiw>, listener: Arc<Listener>) -> Result {
+        // Waits for an accept round in progress; the work item never waits for the `iw_cm`.
+        let sock = listener.sock.lock().take();
+        if let Some(s) = sock {
+            s.clear_callbacks();
+            drop(s);
+        }
+        DelayedWork::cancel_sync(&listener);
+        Listener::abort_handshakes(&listener);
         Ok(())
     }
 }

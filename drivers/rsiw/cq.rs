@@ -26,6 +26,9 @@ enum Arm {
     Next,
 }
 
+/// A CQ's completions and arming, behind [`CqData::ring`]. [`queue`] runs under a QP lock: from
+/// the receive path (softirq or work item), the transmit work item, and posts or state changes
+/// that flush. Consumers poll and arm from any context. No other lock is taken under it.
 struct CqRing {
     entries: Ring<WorkCompletion>,
     arm: Arm,

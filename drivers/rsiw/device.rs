@@ -9,6 +9,7 @@ use crate::{
     mem::{self, MrData, StagTable},
     qp::{self, QpData},
     srq::{self, SrqData},
+    stats::{self, Counters},
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{
@@ -16,6 +17,7 @@ use kernel::{
     irqlock::SpinLockIrq,
     netdev::{self, NetDevice},
     new_mutex, new_spinlock_irq,
+    owned_queue::{OwnedQueue, QueueFlags},
     prelude::*,
     rbtree::{RBTree, RBTreeNode},
     rdma::{
@@ -26,12 +28,15 @@ use kernel::{
         link::{HandlerSlot, LinkHandler},
         mr::{AllMemory, KernelRange, Mr, MrKeys, MrType},
         qp::{Qp, QpInitAttr, QpModify, QpQuery, QpRef, RecvWr, SendWr},
+        res::ResDetails,
         srq::{Srq, SrqAttr, SrqInitAttr, SrqModify},
+        stats::StatDesc,
         udata::UserData,
         verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
     },
     str::CString,
-    sync::Mutex,
+    sync::{Arc, Mutex},
+    workqueue::Queue,
 };
 
 /// Vendor id reported in device attributes ("rsi").
@@ -43,7 +48,9 @@ const PORT: u32 = 1;
 /// IB speed and width reported when the netdev cannot tell (`IB_SPEED_SDR`, `IB_WIDTH_1X`).
 const FALLBACK_SPEED_WIDTH: (u16, u8) = (1, 1);
 
-/// Queue pairs by number, and the next number to try.
+/// Queue pairs by number, and the next number to try, behind [`DeviceData::qps`]. Taken by QP
+/// creation and destruction and `get_hw_stats` (process context), and by `get_qp`, which `iw_cm`
+/// calls with interrupts disabled. No other lock is taken under it (statistics are atomics).
 struct QpTable {
     by_qpn: RBTree<u32, QpRef<Rsiw>>,
     next_qpn: u32,
@@ -74,7 +81,7 @@ pub(crate) struct DeviceData {
     /// looks QPs up with interrupts disabled.
     #[pin]
     qps: SpinLockIrq<QpTable>,
-    /// Live memory regions by STag index.
+    /// Live memory regions by STag index ([`StagTable`] says who takes it).
     #[pin]
     pub(crate) stags: SpinLockIrq<StagTable>,
     /// Set once the netdev's unregistration started the device's own.
@@ -95,6 +102,15 @@ pub(crate) struct DeviceData {
     node_guid: u64,
     /// The name the device was created with, for the removal message.
     name: CString,
+    /// The module's workqueue, where the device's QPs transmit and receive.
+    wq: Arc<OwnedQueue>,
+    /// The connection manager's counts, and those of QPs already destroyed ([`crate::stats`]).
+    pub(crate) counters: Counters,
+}
+
+/// The workqueue that runs `dev`'s deferred data-path work.
+pub(crate) fn workqueue(dev: &Device<Rsiw>) -> &Queue {
+    dev.data().wq.queue()
 }
 
 #[pinned_drop]
@@ -185,8 +201,14 @@ impl rdma_dev::Driver for Rsiw {
     fn destroy_qp(qp: &Qp<Self>) {
         qp::destroy(qp);
         let dev = qp.device();
+        let entry = {
+            let mut table = dev.data().qps.lock();
+            // Under the table's lock, which readers of the counters hold: the QP's counts move
+            // to the device's as it leaves the table, so they are summed once.
+            qp.data().counters.fold_into(&dev.data().counters);
+            table.by_qpn.remove(&qp.qpn())
+        };
         // Dropping the table's reference (outside the lock) lets destruction complete.
-        let entry = dev.data().qps.lock().by_qpn.remove(&qp.qpn());
         drop(entry);
         dev.data().num_qp.fetch_sub(1, Ordering::AcqRel);
     }
@@ -199,12 +221,27 @@ impl rdma_dev::Driver for Rsiw {
         Ok(qp::query(qp))
     }
 
+    fn fill_res_qp(qp: &Qp<Self>, details: &mut ResDetails<'_>) -> Result {
+        qp::fill_res(qp, details)
+    }
+
     fn post_send(qp: &Qp<Self>, wr: &SendWr<'_, Self>) -> Result {
         qp::post_send(qp, wr)
     }
 
     fn post_recv(qp: &Qp<Self>, wr: &RecvWr<'_>) -> Result {
         qp::post_recv(qp, wr)
+    }
+
+    const HW_STATS: &'static [StatDesc] = &stats::NAMES;
+
+    fn get_hw_stats(dev: &Device<Self>, _port: u32, values: &mut [u64]) {
+        values.fill(0);
+        let table = dev.data().qps.lock();
+        dev.data().counters.sum_into(values);
+        for (_, qp) in table.by_qpn.iter() {
+            qp.data().counters.sum_into(values);
+        }
     }
 
     fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<QpRef<Self>> {
@@ -395,9 +432,13 @@ pub(crate) struct Links {
     #[pin]
     registry: Registry<Rsiw>,
     /// Serializes device creation, so two requests for one netdev or name cannot both pass the
-    /// duplicate checks.
+    /// duplicate checks. Taken only by `newlink` (`rdma link add`, process context), and held
+    /// across the device's registration, which may sleep: hence a mutex.
     #[pin]
     create_lock: Mutex<()>,
+    /// The module's workqueue, shared by every device. Dropped after `registry`, which removed
+    /// every device, so the drain waits only for items finishing: none runs module code later.
+    wq: Arc<OwnedQueue>,
 }
 
 static LINK_SLOT: HandlerSlot<Links> = HandlerSlot::new();
@@ -407,6 +448,13 @@ impl Links {
         try_pin_init!(Self {
             registry <- Registry::new(module),
             create_lock <- new_mutex!((), "rsiw::Links::create_lock"),
+            // Unbound: placing received data and building FPDUs then run on another CPU than
+            // the softirq that received (on loopback, the sender's). Reclaim: NFS and NVMe-oF
+            // writeback go through it.
+            wq: Arc::new(
+                OwnedQueue::new(c_str!("rsiw"), QueueFlags::UNBOUND | QueueFlags::MEM_RECLAIM)?,
+                GFP_KERNEL
+            )?,
         })
     }
 
@@ -482,6 +530,8 @@ impl LinkHandler for Links {
             part_id: NEXT_PART_ID.fetch_add(1, Ordering::Relaxed),
             node_guid,
             name: dev_name,
+            wq: self.wq.clone(),
+            counters: Counters::new(),
         });
         if let Err(e) = self.registry.register(name, ndev, &info, data) {
             pr_err!(

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Administrator settings for new connections, and counters of what connections negotiated,
-//! in `/sys/kernel/debug/rsiw/mpa`.
+//! Administrator settings for new connections, as module parameters (`modprobe rsiw crc=N`,
+//! `/sys/module/rsiw/parameters/`), and diagnostics in `/sys/kernel/debug/rsiw/mpa`: the same
+//! settings, and counters of what connections negotiated and how the data path moved payload
+//! (what an administrator needs of those is in the port counters, [`crate::stats`]).
 //!
 //! Writing `rev=1|2 crc=0|1 markers=0|1 rtr=none|write|read|send large_fpdu=0|1
 //! zerocopy=off|auto|on` (any subset, any order) changes how later connections are negotiated
@@ -33,9 +35,10 @@ use crate::proto::{
 };
 use core::{
     fmt::Write,
+    marker::PhantomData,
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
-use kernel::{debugfs::FileHandler, prelude::*};
+use kernel::{debugfs::FileHandler, module_param::ParamValue, prelude::*};
 
 const REV1: u32 = 1 << 0;
 const NO_CRC: u32 = 1 << 1;
@@ -76,6 +79,14 @@ static RX_BOUNCED: AtomicU64 = AtomicU64::new(0);
 
 /// Times the receive path waited for the rest of an FPDU before checking its CRC.
 static RX_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// Times the transmit path waited for memory that no socket event would report freed.
+static TX_MEMORY_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a transmit wait for memory.
+pub(crate) fn count_tx_memory_wait() {
+    TX_MEMORY_WAITS.fetch_add(1, Ordering::Relaxed);
+}
 
 /// Counts a wait for the rest of an FPDU.
 pub(crate) fn count_rx_wait() {
@@ -224,6 +235,11 @@ pub(crate) fn count(n: &Negotiated) {
 /// Parses one `key=value` setting into `s`.
 fn apply(s: &mut u32, word: &str) -> Result {
     let (k, v) = word.split_once('=').ok_or(EINVAL)?;
+    apply_one(s, k, v)
+}
+
+/// Sets `k` to `v` in `s`.
+fn apply_one(s: &mut u32, k: &str, v: &str) -> Result {
     let flag = |s: &mut u32, bit: u32, on: bool| {
         if on {
             *s |= bit
@@ -270,22 +286,181 @@ fn apply(s: &mut u32, word: &str) -> Result {
     Ok(())
 }
 
+/// Changes the settings word with `change`, unless the result is inconsistent. Atomic against
+/// other changes (module parameters and the debugfs file may be written at once).
+fn update(change: impl Fn(&mut u32) -> Result) -> Result {
+    let mut err = None;
+    let r = SETTINGS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+        let mut s = old;
+        if let Err(e) = change(&mut s) {
+            err = Some(e);
+            return None;
+        }
+        if s & REV1 != 0 && rtr_of(s).is_some() {
+            // Peer-to-peer setup needs the revision 2 enhanced frames (RFC 6581).
+            err = Some(EINVAL);
+            return None;
+        }
+        Some(s)
+    });
+    match (r, err) {
+        (Ok(_), _) => Ok(()),
+        (Err(_), Some(e)) => Err(e),
+        (Err(_), None) => Err(EINVAL),
+    }
+}
+
+/// How a setting's module parameter is typed (for `modinfo`), and whether it takes the
+/// spellings of the kernel's boolean parameters.
+pub(crate) trait Kind: Sync + 'static {
+    const TYPE: &'static str;
+    const BOOLEAN: bool;
+}
+
+/// A boolean setting.
+pub(crate) struct Bool;
+/// A setting that is a number.
+pub(crate) struct Uint;
+/// A setting that is one of some words.
+pub(crate) struct Word;
+
+impl Kind for Bool {
+    const TYPE: &'static str = "bool";
+    const BOOLEAN: bool = true;
+}
+
+impl Kind for Uint {
+    const TYPE: &'static str = "uint";
+    const BOOLEAN: bool = false;
+}
+
+impl Kind for Word {
+    const TYPE: &'static str = "charp";
+    const BOOLEAN: bool = false;
+}
+
+/// A setting as a module parameter: `/sys/module/rsiw/parameters/KEY`, `modprobe rsiw KEY=V`.
+pub(crate) struct Knob<K: Kind> {
+    key: &'static str,
+    /// What the value may be, for the log line that refuses another.
+    allowed: &'static str,
+    _kind: PhantomData<K>,
+}
+
+impl<K: Kind> Knob<K> {
+    const fn new(key: &'static str, allowed: &'static str) -> Self {
+        Self {
+            key,
+            allowed,
+            _kind: PhantomData,
+        }
+    }
+
+    /// The knob's value in `s`, as `apply_one` takes it (booleans as `Y`/`N`).
+    fn value(&self, s: u32) -> &'static str {
+        let on = |b: bool| if b { "Y" } else { "N" };
+        match self.key {
+            "rev" => {
+                if s & REV1 != 0 {
+                    "1"
+                } else {
+                    "2"
+                }
+            }
+            "crc" => on(s & NO_CRC == 0),
+            "markers" => on(s & MARKERS != 0),
+            "large_fpdu" => on(s & NO_LARGE_FPDU == 0),
+            "rtr" => rtr_name(rtr_of(s)),
+            "zerocopy" => zerocopy_name(s),
+            _ => "?",
+        }
+    }
+}
+
+impl<K: Kind> ParamValue for Knob<K> {
+    const TYPE: &'static str = K::TYPE;
+    const NOARG: bool = K::BOOLEAN;
+
+    /// A boolean also takes `Y`/`N`, `y`/`n`, and nothing for `Y`, the way the kernel's own
+    /// boolean parameters do.
+    fn set(&self, text: &str) -> Result {
+        let v = match (K::BOOLEAN, text) {
+            (true, "" | "Y" | "y" | "1") => "1",
+            (true, "N" | "n" | "0") => "0",
+            _ => text,
+        };
+        update(|s| apply_one(s, self.key, v)).inspect_err(|_| {
+            pr_warn!(
+                "parameter {}: '{}' refused: it takes {} (and rtr other than none needs rev 2)\n",
+                self.key,
+                text.escape_debug(),
+                self.allowed
+            );
+        })
+    }
+
+    fn show(&self, f: &mut dyn Write) -> core::fmt::Result {
+        f.write_str(self.value(SETTINGS.load(Ordering::Relaxed)))
+    }
+}
+
+static REV: Knob<Uint> = Knob::new("rev", "1 or 2");
+static CRC: Knob<Bool> = Knob::new("crc", "Y or N");
+static MARKERS_KNOB: Knob<Bool> = Knob::new("markers", "Y or N");
+static RTR: Knob<Word> = Knob::new("rtr", "none, write, read or send");
+static LARGE_FPDU: Knob<Bool> = Knob::new("large_fpdu", "Y or N");
+static ZEROCOPY: Knob<Word> = Knob::new("zerocopy", "off, auto or on");
+
+kernel::module_param!(
+    REV: Knob<Uint>,
+    "rev",
+    0o644,
+    "MPA revision new connections ask for and accept: 1 or 2 (default 2)"
+);
+kernel::module_param!(
+    CRC: Knob<Bool>,
+    "crc",
+    0o644,
+    "Ask for the MPA CRC on new connections (default Y; a peer that asks gets it)"
+);
+kernel::module_param!(
+    MARKERS_KNOB: Knob<Bool>,
+    "markers",
+    0o644,
+    "Ask for MPA Markers on received FPDUs of new connections (default N)"
+);
+kernel::module_param!(
+    RTR: Knob<Word>,
+    "rtr",
+    0o644,
+    "Peer-to-peer ready-to-receive message of new connections: none, write, read or send \
+     (default none; needs rev 2)"
+);
+kernel::module_param!(
+    LARGE_FPDU: Knob<Bool>,
+    "large_fpdu",
+    0o644,
+    "Propose and agree to FPDUs larger than one MSS (default Y)"
+);
+kernel::module_param!(
+    ZEROCOPY: Knob<Word>,
+    "zerocopy",
+    0o644,
+    "Send payload by reference: off, auto (not to peers on this host) or on (default auto)"
+);
+
 /// The debugfs file.
 pub(crate) struct MpaFile;
 
 impl FileHandler for MpaFile {
     fn write(&self, data: &[u8]) -> Result {
         let text = core::str::from_utf8(data).map_err(|_| EINVAL)?;
-        let mut s = SETTINGS.load(Ordering::Relaxed);
-        for word in text.split_whitespace() {
-            apply(&mut s, word)?;
-        }
-        if s & REV1 != 0 && rtr_of(s).is_some() {
-            // Peer-to-peer setup needs the revision 2 enhanced frames (RFC 6581).
-            return Err(EINVAL);
-        }
-        SETTINGS.store(s, Ordering::Relaxed);
-        Ok(())
+        update(|s| {
+            for word in text.split_whitespace() {
+                apply(s, word)?;
+            }
+            Ok(())
+        })
     }
 
     fn read(&self, out: &mut KVec<u8>) -> Result {
@@ -321,7 +496,7 @@ impl FileHandler for MpaFile {
             t,
             "tx_payload_by_reference={} tx_payload_copied={} zc_sends={} zc_released={} \
              tx_fpdus={} tx_fpdus_over_mss={} tx_fpdu_max={} rx_payload_direct={} \
-             rx_payload_bounced={} rx_waits={}",
+             rx_payload_bounced={} rx_waits={} tx_memory_waits={}",
             n(&TX_BY_REFERENCE),
             n(&TX_COPIED),
             n(&ZC_SENDS),
@@ -331,7 +506,8 @@ impl FileHandler for MpaFile {
             n(&TX_FPDU_MAX),
             n(&RX_DIRECT),
             n(&RX_BOUNCED),
-            n(&RX_WAITS)
+            n(&RX_WAITS),
+            n(&TX_MEMORY_WAITS)
         )
         .map_err(|_| ENOMEM)
     }

@@ -10,18 +10,20 @@
 #![deny(unsafe_code)]
 
 use crate::device::Rsiw;
+use core::num::NonZeroU32;
 use kernel::{
     irqlock::SpinLockIrq,
     new_spinlock_irq,
     prelude::*,
+    random,
     rdma::{
         eopnotsupp,
         mr::{
-            AllMemory, KernelRange, Mr, MrKeys, MrType, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
-            ACCESS_REMOTE_WRITE,
+            AllMemory, KernelRange, Mr, MrKeys, MrMapping, MrType, PageFacts, ACCESS_LOCAL_WRITE,
+            ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
         },
         qp::Sge,
-        verbs::Pd,
+        verbs::{Pd, PdId},
     },
     sync::Arc,
 };
@@ -31,6 +33,27 @@ pub(crate) const MAX_MR: u32 = 1 << 16;
 /// Most scatter/gather entries one fast-registration MR maps. As in C siw (and as ULPs size
 /// their MRs), an entry is a run of contiguous pages: `map_mr_sg` merges adjacent pages.
 pub(crate) const MAX_FRWR_PAGES: u32 = 512;
+
+/// The most one peer access under a PD's global rkey (the DMA region's rkey) may cover: a
+/// larger Read Request is refused at its header (base or bounds). It is the largest I/O
+/// iSER sends (16 MiB); nvme-rdma's is 1 MiB. Writes come in segments of at most 64 KiB.
+const GLOBAL_RKEY_MAX_LEN: u64 = 16 << 20;
+
+/// Whether a peer's access with `rights` under the global rkey may reach a page that the
+/// kernel's memory map calls usable RAM ([`AllMemory::peer_range`]).
+///
+/// Reserved pages are refused: the kernel image, what firmware keeps, holes (their direct-map
+/// alias may be read-only or not RAM at all). Only the shared zero page may be read: direct
+/// I/O of never-written anonymous memory pins it into a ULP's buffers. Any other page is
+/// allowed, a free one too: the consumer exposed all memory to the peer, no legitimate buffer
+/// is ever refused for being free (the tail pages of a high-order allocation count as free),
+/// and the data path copies such pages rather than taking references on them.
+fn global_rkey_reaches(page: PageFacts, rights: u32) -> bool {
+    !page.reserved || (page.zero && rights & RIGHTS_WRITE == 0)
+}
+
+/// Rights only a peer's tagged access asks for.
+const RIGHTS_REMOTE: u32 = RIGHTS_READ | RIGHTS_WRITE;
 
 /// What an MR covers.
 enum Kind {
@@ -46,6 +69,11 @@ impl Kind {
     }
 }
 
+/// An MR's registration, behind [`MrShared::state`]. The data path holds it while it checks and
+/// copies through the region, and `IB_WR_REG_MR` and local or remote invalidation take it: all
+/// under the QP lock (receive upcall in softirq or its work item, transmit work item), hence
+/// interrupts off. `map_mr_sg` and `dereg_mr` take it too. Never nested with the STag table's;
+/// the transmit path may take its zero-copy release log under it.
 struct MrState {
     key: u8,
     valid: bool,
@@ -71,7 +99,7 @@ struct MrState {
 pub(crate) struct MrShared {
     index: u32,
     kind: Kind,
-    pd: usize,
+    pd: PdId,
     #[pin]
     state: SpinLockIrq<MrState>,
 }
@@ -104,7 +132,7 @@ impl MrShared {
         &self,
         st: &MrState,
         stag: u32,
-        pd: usize,
+        pd: PdId,
         rights: u32,
         addr: u64,
         len: u64,
@@ -119,6 +147,9 @@ impl MrShared {
             return Err(AccessError::Rights);
         }
         let end = addr.checked_add(len).ok_or(AccessError::ToWrap)?;
+        if self.kind.is_dma() && rights & RIGHTS_REMOTE != 0 && len > GLOBAL_RKEY_MAX_LEN {
+            return Err(AccessError::Bounds);
+        }
         if !self.kind.is_dma() {
             let reg_end = st.iova.checked_add(st.length).ok_or(AccessError::Bounds)?;
             if addr < st.iova || end > reg_end {
@@ -136,7 +167,7 @@ impl MrShared {
     pub(crate) fn access(
         &self,
         stag: u32,
-        pd: usize,
+        pd: PdId,
         rights: u32,
         addr: u64,
         len: u64,
@@ -152,7 +183,12 @@ impl MrShared {
         match &self.kind {
             Kind::Dma(all) => {
                 let n = usize::try_from(len).map_err(|_| fault)?;
-                f(all.range(addr, n).map_err(|_| fault)?).map_err(MapError::Copy)
+                let range = if rights & RIGHTS_REMOTE != 0 {
+                    all.peer_range(addr, n, |page| global_rkey_reaches(page, rights))
+                } else {
+                    all.range(addr, n)
+                };
+                f(range.map_err(|_| fault)?).map_err(MapError::Copy)
             }
             Kind::Frwr => {
                 // Offset into the runs: the region starts `iova % page_size` into them.
@@ -193,6 +229,33 @@ impl MrShared {
         }
     }
 
+    /// Checks a peer's Read Request of `len` bytes at `addr` under `stag` by a QP in PD `pd`, as
+    /// [`Self::access`] would, in bounded time (the receive path runs it with interrupts off).
+    /// Under the global rkey only the first page is looked at here: each FPDU of the Read
+    /// Response has its own pages checked when it is built.
+    pub(crate) fn check_read_source(
+        &self,
+        stag: u32,
+        pd: PdId,
+        addr: u64,
+        len: u64,
+    ) -> Result<(), AccessError> {
+        let probe = match self.kind {
+            Kind::Dma(_) => {
+                self.check_locked(&self.state.lock(), stag, pd, RIGHTS_READ, addr, len)?;
+                let page = kernel::page::PAGE_SIZE as u64;
+                len.min(page - addr % page)
+            }
+            // At most `MAX_FRWR_PAGES` runs to walk.
+            Kind::Frwr => len,
+        };
+        self.access(stag, pd, RIGHTS_READ, addr, probe, |_| Ok(()))
+            .map_err(|e| match e {
+                MapError::Access(a) => a,
+                MapError::Copy(_) => AccessError::Fault,
+            })
+    }
+
     /// Invalidates the region if `stag` names it, as a local or remote invalidate does; with
     /// `apply` false only checks that it could.
     pub(crate) fn invalidate(&self, stag: u32, apply: bool) -> Result<(), AccessError> {
@@ -212,35 +275,38 @@ pub(crate) struct MrData {
     shared: Arc<MrShared>,
 }
 
-/// The device's STag table.
+/// The device's STag table, behind `DeviceData::stags`. Changed by `alloc_mr`, `get_dma_mr` and
+/// `dereg_mr`; read by the data path under the QP lock (receive upcall in softirq or its work
+/// item, transmit work item), hence interrupts off. Held only for a lookup: the region is then
+/// used through its own reference and lock.
 pub(crate) struct StagTable {
     slots: KVVec<Option<Arc<MrShared>>>,
-    next: usize,
 }
+
+/// Random indexes tried before a scan for a free one: while the table is at most half full,
+/// all of them are taken with a chance of at most 1/256.
+const RANDOM_PICKS: usize = 8;
 
 impl StagTable {
     /// An empty table with [`MAX_MR`] slots.
     pub(crate) fn new() -> Result<Self> {
         Ok(Self {
             slots: KVVec::from_elem(None, MAX_MR as usize, GFP_KERNEL)?,
-            // Index 0 is never used, so no valid STag is zero.
-            next: 1,
         })
     }
 
-    /// Finds a free index, starting after the last one handed out.
+    /// Finds a free index at random, as C siw does, so that a peer who sees some STags
+    /// cannot predict the others. Index 0 is never used, so no valid STag is zero.
     fn free_index(&self) -> Option<usize> {
         let n = self.slots.len();
-        (0..n)
-            .map(|i| {
-                let j = self.next + i;
-                if j >= n {
-                    j - n
-                } else {
-                    j
-                }
-            })
-            .find(|&j| j != 0 && matches!(self.slots.get(j), Some(None)))
+        let above_zero = NonZeroU32::new(u32::try_from(n).ok()?.checked_sub(1)?)?;
+        let pick = || 1 + random::u32_below(above_zero) as usize;
+        let free = |i: &usize| matches!(self.slots.get(*i), Some(None));
+        (0..RANDOM_PICKS).map(|_| pick()).find(free).or_else(|| {
+            // A crowded table: the first free index after a random one.
+            let start = pick();
+            (start..n).find(free).or_else(|| (1..start).find(free))
+        })
     }
 }
 
@@ -270,7 +336,7 @@ fn new_mr(
         pin_init!(MrShared {
             index: index as u32,
             kind,
-            pd: pd.as_raw() as usize,
+            pd: pd.id(),
             state <- new_spinlock_irq!(
                 MrState {
                     key: 0,
@@ -294,7 +360,6 @@ fn new_mr(
     if let Some(slot) = table.slots.get_mut(index) {
         *slot = Some(shared.clone());
     }
-    table.next = index + 1;
     Ok((
         MrData { shared },
         MrKeys {
@@ -367,12 +432,16 @@ pub(crate) fn shared_of(mr: &Mr<Rsiw>) -> Arc<MrShared> {
 }
 
 /// Executes `IB_WR_REG_MR`: makes the region valid under `key` with `access`, over the
-/// mapping (`iova`, `length`, `page_size`) `map_mr_sg` set up before the post.
+/// mapping `map_mr_sg` set up before the post.
 pub(crate) fn register(
     shared: &MrShared,
     key: u32,
     access: u32,
-    (iova, length, page_size): (u64, u64, u32),
+    MrMapping {
+        iova,
+        length,
+        page_size,
+    }: MrMapping,
 ) -> Result {
     if key >> 8 != shared.index || shared.kind.is_dma() {
         return Err(EINVAL);
@@ -415,7 +484,7 @@ pub(crate) fn register(
 /// names a fast-registration region of `pd`.
 pub(crate) fn invalidate(
     dev: &kernel::rdma::device::Device<Rsiw>,
-    pd: usize,
+    pd: PdId,
     stag: u32,
 ) -> Result<(), AccessError> {
     invalidate_checked(dev, pd, stag, true)
@@ -425,7 +494,7 @@ pub(crate) fn invalidate(
 /// before its payload is placed, and invalidates only once it is all received.
 pub(crate) fn can_invalidate(
     dev: &kernel::rdma::device::Device<Rsiw>,
-    pd: usize,
+    pd: PdId,
     stag: u32,
 ) -> Result<(), AccessError> {
     invalidate_checked(dev, pd, stag, false)
@@ -433,7 +502,7 @@ pub(crate) fn can_invalidate(
 
 fn invalidate_checked(
     dev: &kernel::rdma::device::Device<Rsiw>,
-    pd: usize,
+    pd: PdId,
     stag: u32,
     apply: bool,
 ) -> Result<(), AccessError> {
@@ -467,7 +536,7 @@ pub(crate) enum MapError {
 /// piece and its offset in the message.
 pub(crate) fn walk_sges(
     dev: &kernel::rdma::device::Device<Rsiw>,
-    pd: usize,
+    pd: PdId,
     sges: &[Sge],
     rights: u32,
     off: u64,

@@ -20,6 +20,7 @@ pub mod proto;
 mod qp;
 mod ring;
 mod srq;
+mod stats;
 
 module! {
     type: RsiwModule,

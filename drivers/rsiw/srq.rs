@@ -33,7 +33,7 @@ use kernel::{
         eopnotsupp,
         qp::RecvWr,
         srq::{Srq, SrqAttr, SrqInitAttr, SrqModify},
-        verbs::Pd,
+        verbs::{Pd, PdId},
     },
     sync::Arc,
 };
@@ -56,11 +56,15 @@ pub(crate) struct SrqQueue {
     max_wr: u32,
     /// The SRQ's PD (its address, as the STag table identifies PDs): the lkeys of the work
     /// requests' SGEs are checked against it, not against the PD of the QP that fills them.
-    pd: usize,
+    pd: PdId,
     #[pin]
     inner: SpinLockIrq<SrqInner>,
 }
 
+/// An SRQ's queued work requests and armed limit, behind [`SrqQueue::inner`]. Posted to from any
+/// context a kernel ULP posts from; modified and queried by verbs; taken by a QP's receive path
+/// (receive upcall in softirq, or its work item) with that QP's lock held. Nothing is locked
+/// under it.
 struct SrqInner {
     rq: Ring<RecvEntry>,
     /// The armed limit: when a work request is taken and fewer than this remain,
@@ -102,7 +106,7 @@ pub(crate) fn create(pd: &Pd<Rsiw>, attr: &mut SrqInitAttr) -> Result<SrqData> {
     let queue = Arc::pin_init(
         try_pin_init!(SrqQueue {
             max_wr: attr.max_wr,
-            pd: pd.as_raw() as usize,
+            pd: pd.id(),
             inner <- new_spinlock_irq!(inner, "rsiw::SrqQueue::inner"),
         }),
         GFP_KERNEL,
@@ -112,7 +116,7 @@ pub(crate) fn create(pd: &Pd<Rsiw>, attr: &mut SrqInitAttr) -> Result<SrqData> {
 
 impl SrqQueue {
     /// The SRQ's PD, as the STag table identifies PDs.
-    pub(crate) fn pd(&self) -> usize {
+    pub(crate) fn pd(&self) -> PdId {
         self.pd
     }
 

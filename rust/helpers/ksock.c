@@ -124,3 +124,42 @@ int rust_helper_ksock_inq(struct sock *sk)
 {
 	return tcp_inq(sk);
 }
+
+/*
+ * What a TCP socket's upcalls do by default (sock_init_data, tcp_init_sock).
+ * kernel::ksock's upcalls run these on a socket whose sk_user_data is not
+ * theirs. sock_def_wakeup and sock_def_error_report are static in
+ * net/core/sock.c: the last two are copies of them.
+ */
+void rust_helper_ksock_default_data_ready(struct sock *sk)
+{
+	sock_def_readable(sk);
+}
+
+void rust_helper_ksock_default_write_space(struct sock *sk)
+{
+	sk_stream_write_space(sk);
+}
+
+void rust_helper_ksock_default_state_change(struct sock *sk)
+{
+	struct socket_wq *wq;
+
+	rcu_read_lock();
+	wq = rcu_dereference(sk->sk_wq);
+	if (skwq_has_sleeper(wq))
+		wake_up_interruptible_all(&wq->wait);
+	rcu_read_unlock();
+}
+
+void rust_helper_ksock_default_error_report(struct sock *sk)
+{
+	struct socket_wq *wq;
+
+	rcu_read_lock();
+	wq = rcu_dereference(sk->sk_wq);
+	if (skwq_has_sleeper(wq))
+		wake_up_interruptible_poll(&wq->wait, EPOLLERR);
+	sk_wake_async_rcu(sk, SOCK_WAKE_IO, POLL_ERR);
+	rcu_read_unlock();
+}

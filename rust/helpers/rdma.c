@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Non-inline wrappers for the static inline RDMA core and netdev functions
- * that rsiw's Rust abstractions (kernel::rdma, kernel::netdev) call.
+ * Non-inline wrappers for the static inline RDMA core, netdev and memory-map
+ * functions that rsiw's Rust abstractions (kernel::rdma, kernel::netdev) call.
  */
 
 #include <linux/completion.h>
 #include <linux/mm.h>
 #include <linux/netdevice.h>
-#include <linux/overflow.h>
+#include <linux/set_memory.h>
 #include <net/addrconf.h>
+#include <net/netlink.h>
 #include <rdma/ib_verbs.h>
 
 bool rust_helper_ib_device_try_get(struct ib_device *dev)
@@ -61,23 +62,76 @@ void rust_helper_init_completion(struct completion *x)
 	init_completion(x);
 }
 
-/*
- * Whether every page of the len bytes at addr lies in the kernel's direct
- * map: the only memory a virtual-DMA device's DMA address can name. It reads
- * nothing; a zero-length range names no memory and is accepted.
- */
-bool rust_helper_rsiw_direct_map_valid(u64 addr, size_t len)
+bool rust_helper_virt_addr_valid(unsigned long addr)
 {
-	unsigned long start = addr, last, page;
+	return virt_addr_valid((void *)addr);
+}
 
-	if (len == 0)
-		return true;
-	if (start != addr || check_add_overflow(start, len - 1, &last))
-		return false;
-	for (page = start & PAGE_MASK;; page += PAGE_SIZE) {
-		if (!virt_addr_valid((void *)page))
-			return false;
-		if (page >= (last & PAGE_MASK))
-			return true;
-	}
+/*
+ * The page behind kernel virtual address addr if addr lies in the kernel's
+ * linear map of RAM (not in the kernel image's own mapping, vmalloc or module
+ * space) and has a struct page; NULL otherwise. Reads nothing at addr.
+ */
+struct page *rust_helper_linear_map_page(unsigned long addr)
+{
+	if (addr < PAGE_OFFSET || addr >= (unsigned long)high_memory ||
+	    !virt_addr_valid((void *)addr))
+		return NULL;
+	return virt_to_page((void *)addr);
+}
+
+/*
+ * Whether the linear map maps addr, a linear-map address, present and
+ * writable now: set_direct_map_invalid_noflush() (secretmem), set_memory_np()
+ * (pages with memory errors) and set_memory_ro() (of the page, or of its
+ * vmalloc alias, such as a module's read-only sections) change that. Reads
+ * nothing at addr. Only x86 lets its page tables be asked here; elsewhere a
+ * present page counts as writable.
+ */
+bool rust_helper_linear_map_writable(unsigned long addr)
+{
+#ifdef CONFIG_X86
+	unsigned int level;
+	pte_t *pte = lookup_address(addr, &level);
+	unsigned long want = _PAGE_PRESENT | _PAGE_RW;
+
+	return pte && (pte_flags(ptep_get(pte)) & want) == want;
+#else
+	return kernel_page_present(virt_to_page((void *)addr));
+#endif
+}
+
+bool rust_helper_PageReserved(struct page *page)
+{
+	return PageReserved(page);
+}
+
+bool rust_helper_PageHWPoison(struct page *page)
+{
+	return PageHWPoison(page);
+}
+
+bool rust_helper_PageOffline(struct page *page)
+{
+	return PageOffline(page);
+}
+
+bool rust_helper_is_zero_page(struct page *page)
+{
+	return is_zero_page(page);
+}
+
+struct nlattr *rust_helper_nla_nest_start_noflag(struct sk_buff *skb, int attrtype)
+{
+	return nla_nest_start_noflag(skb, attrtype);
+}
+
+int rust_helper_nla_nest_end(struct sk_buff *skb, struct nlattr *start)
+{
+	return nla_nest_end(skb, start);
+}
+
+void rust_helper_nla_nest_cancel(struct sk_buff *skb, struct nlattr *start)
+{
+	nla_nest_cancel(skb, start);
 }

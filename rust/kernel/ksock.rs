@@ -36,6 +36,13 @@
 //! raced with the removal finds no handler and simply passes the event on to the socket's
 //! original function.
 //!
+//! The handler's record lives in the socket's `sk_user_data`, tagged as ours. A socket that
+//! someone else claimed through that field first (a BPF sockmap or sockhash does, for instance
+//! from a sockops program on every new connection) is refused: `set_callbacks` fails with
+//! `EBUSY`, and the caller should drop the socket. Foreign `sk_user_data` is never read,
+//! replaced or freed; our upcall functions, when they run without a handler of ours (a sockmap
+//! keeps calling the upcalls it found), do what the kernel's default upcalls do.
+//!
 //! A handler often owns the socket it is installed on (a connection endpoint owns its socket and
 //! the socket's upcalls must reach the endpoint). That is a reference cycle: it is broken by
 //! [`TcpSocket::clear_callbacks`], which the owner must call before it lets go of the handler.
@@ -55,60 +62,15 @@ mod zerocopy;
 
 pub use addr::{from_sockaddr_storage, to_sockaddr_storage, Family};
 pub use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+#[doc(hidden)]
+pub use events::testing;
 pub use events::{ListenerEvents, LockedSock, Sock, SocketEvents};
 pub use skb::{Consumed, SkbData};
 pub use socket::{
     ConnectStatus, IoSlice, PageSlice, RecvFlags, SendFlags, Shutdown, TcpListener, TcpSocket,
     TcpState,
 };
-pub use zerocopy::{PageBatch, SendAs, ZcNotify, ZcRegistration, ZcToken};
+pub use zerocopy::{PageBatch, SendAs, SendProgress, ZcNotify, ZcRegistration, ZcToken};
 
-/// Networking error codes that [`crate::error::code`] does not declare in this kernel.
-pub mod errno {
-    use crate::{bindings, error::Error};
-
-    macro_rules! declare_errno {
-        ($($(#[$meta:meta])* $name:ident => $code:ident;)*) => {
-            $(
-                $(#[$meta])*
-                pub fn $name() -> Error {
-                    // CAST: Errno values are small positive integers.
-                    Error::from_errno(-(bindings::$code as i32))
-                }
-            )*
-        };
-    }
-
-    declare_errno! {
-        /// `EINPROGRESS`: operation now in progress.
-        einprogress => EINPROGRESS;
-        /// `EALREADY`: operation already in progress.
-        ealready => EALREADY;
-        /// `EISCONN`: the socket is already connected.
-        eisconn => EISCONN;
-        /// `ENOTCONN`: the socket is not connected.
-        enotconn => ENOTCONN;
-        /// `ECONNREFUSED`: connection refused.
-        econnrefused => ECONNREFUSED;
-        /// `ECONNRESET`: connection reset by peer.
-        econnreset => ECONNRESET;
-        /// `ECONNABORTED`: connection aborted.
-        econnaborted => ECONNABORTED;
-        /// `ETIMEDOUT`: connection timed out.
-        etimedout => ETIMEDOUT;
-        /// `EPIPE`: the connection was shut down for writing.
-        epipe => EPIPE;
-        /// `EADDRINUSE`: address already in use.
-        eaddrinuse => EADDRINUSE;
-        /// `EADDRNOTAVAIL`: cannot assign the requested address.
-        eaddrnotavail => EADDRNOTAVAIL;
-        /// `EAFNOSUPPORT`: address family not supported.
-        eafnosupport => EAFNOSUPPORT;
-        /// `ENETUNREACH`: network is unreachable.
-        enetunreach => ENETUNREACH;
-        /// `EHOSTUNREACH`: no route to host.
-        ehostunreach => EHOSTUNREACH;
-        /// `EPROTO`: protocol error.
-        eproto => EPROTO;
-    }
-}
+/// The networking error codes, in [`crate::errno`].
+pub use crate::errno;

@@ -14,20 +14,10 @@ pub mod iwcm;
 pub mod link;
 pub mod mr;
 pub mod qp;
+pub mod res;
 pub mod srq;
+pub mod stats;
 pub mod udata;
 pub mod verbs;
 
-/// `EOPNOTSUPP`, the errno verbs use for an unsupported feature or request.
-///
-/// The 6.12 kernel crate names no `EOPNOTSUPP` constant, so this builds it.
-pub fn eopnotsupp() -> crate::error::Error {
-    crate::error::Error::from_errno(-(crate::bindings::EOPNOTSUPP as i32))
-}
-
-/// `ENOTCONN`, the errno for posting to a queue pair that is not connected.
-///
-/// The 6.12 kernel crate names no `ENOTCONN` constant, so this builds it.
-pub fn enotconn() -> crate::error::Error {
-    crate::error::Error::from_errno(-(crate::bindings::ENOTCONN as i32))
-}
+pub use crate::errno::{enotconn, eopnotsupp};

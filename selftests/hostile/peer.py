@@ -159,6 +159,9 @@ HELLO = b"RSIWULP1"
 # (IB_PD_UNSAFE_GLOBAL_RKEY), which K_GLOBAL_KEY then reveals.
 HELLO_GLOBAL_RKEY = b"RSIWULPG"
 TIMEOUT = 20.0
+# A narrow connection (Conn(narrow=True)): the MSS it announces and its receive buffer.
+NARROW_MSS = 536
+NARROW_RCVBUF = 8192
 
 
 # ---------------------------------------------------------------- errors
@@ -217,20 +220,30 @@ OPEN = []
 class Conn:
     """An MPA connection to the ULP server, with its DDP sequence numbers."""
 
-    def __init__(self, addr, port, log, rtr="write", crc=True, ird=4, ord_=4, hello=None):
+    def __init__(self, addr, port, log, rtr="write", crc=True, ird=4, ord_=4, hello=None,
+                 any_reply_data=False, narrow=False):
         self.log = log
         self.msn = {QN_SEND: 1, QN_READ: 1, QN_TERM: 1}
         self.buf = b""
         try:
-            self.sock = socket.create_connection((addr, port), timeout=TIMEOUT)
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if narrow:
+                # A small MSS keeps the server's send buffer small (Linux sizes it from
+                # the MSS), and a small receive buffer keeps the window small: the server
+                # can then hand TCP only some KiB ahead of what this peer has read.
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, NARROW_MSS)
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, NARROW_RCVBUF)
+            self.sock.settimeout(TIMEOUT)
+            self.sock.connect((addr, port))
         except OSError as e:
+            self.sock.close()
             raise SetupError("TCP connect to %s:%d: %s" % (addr, port, e)) from e
         OPEN.append(self.sock)
         # Each FPDU goes out at once (Nagle would hold a request behind the RTR).
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(TIMEOUT)
         self.name = "%s:%d" % self.sock.getsockname()
-        self._mpa(rtr, crc, ird, ord_, hello or HELLO)
+        self._mpa(rtr, crc, ird, ord_, hello or HELLO, any_reply_data)
 
     @classmethod
     def accepted(cls, sock, log):
@@ -248,7 +261,9 @@ class Conn:
 
     # -- MPA
 
-    def _mpa(self, rtr, crc, ird, ord_, hello):
+    def _mpa(self, rtr, crc, ird, ord_, hello, any_reply_data=False):
+        """The MPA exchange as initiator. The Reply's private data must be the test
+        ULP's HELLO unless any_reply_data (another ULP's listener)."""
         p2p = rtr != "none"
         w0 = (0x8000 if p2p else 0) | (0x4000 if rtr == "send" else 0) | ird
         w1 = (0x8000 if rtr == "write" else 0) | ord_
@@ -271,7 +286,7 @@ class Conn:
             self.name, rev, flags, self.peer_ird, self.peer_ord,
             "".join(c for c, on in (("s", w0 & 0x4000), ("w", w1 & 0x8000), ("r", w1 & 0x4000))
                     if on) or "-", pd[4:]))
-        if pd[4:12] != HELLO:
+        if pd[4:12] != HELLO and not any_reply_data:
             raise SetupError("the server's private data is not %r" % HELLO)
         if p2p:
             offered_write, offered_send = bool(w1 & 0x8000), bool(w0 & 0x4000)
@@ -484,9 +499,36 @@ def parse_expect(s):
     return tuple(int(p, 0) for p in parts)
 
 
-def expect_terminate(conn, expect, offending, log):
+# Layer/EType/Code triples whose offending segment cannot be read (catastrophic,
+# version and opcode errors) or was not received intact (every MPA error, CRC
+# included): their Terminate copies no header. Every other Terminate of the
+# device under test must copy the offending DDP header with its length (M, D),
+# as rsiw does (RFC 5040 4.8, RFC 5041 7.1). A Read Request refused for its
+# source or sink (RDMAP remote protection, 0/1/x) or beyond the IRD (1/2/0x02)
+# must also carry its RDMA Read header (R); R is allowed on any other error of
+# a Read Request whose header rsiw had received, and never elsewhere.
+NO_HEADER_COPIES = {(0, 0, 0x00), (0, 2, 0x05), (0, 2, 0x06), (1, 0, 0x00),
+                    (1, 1, 0x04), (1, 2, 0x06)}
+
+
+def header_copies_due(expect, offending):
+    """(M and D due, R: True due, None allowed, False wrong) for a Terminate
+    expect answering offending."""
+    if expect[0] == 2 or expect in NO_HEADER_COPIES or len(offending) < 2:
+        return False, False
+    if offending[0] & DDP_T or offending[1] & 0x0F != OP_READ_REQ:
+        return True, False
+    if expect[:2] == (0, 1) or expect == (1, 2, 0x02):
+        return True, True
+    return True, None
+
+
+def expect_terminate(conn, expect, offending, log, exact=None):
     """The device's answer to offending (the ULPDU we sent): a Terminate with
-    the Layer/EType/Code in expect (None: any), then the end of the stream."""
+    the Layer/EType/Code in expect (None: any, e.g. from the C siw), then the
+    end of the stream. With expect, its header copies must be as rsiw makes
+    them (header_copies_due). With exact (a ULPDU), the Terminate must be
+    that, octet for octet."""
     t0 = time.monotonic()
     try:
         f = conn.recv_fpdu()
@@ -525,6 +567,16 @@ def expect_terminate(conn, expect, offending, log):
         layer, etype, code, m, d, r, "".join(", " + n for n in notes)))
     if expect is not None and (layer, etype, code) != expect:
         raise Mismatch("Terminate %s, expected %d/%d/%#04x" % ((got,) + expect))
+    if expect is not None:
+        md_due, r_due = header_copies_due(expect, offending)
+        if (m, d) != (md_due, md_due) or (r_due is not None and r != r_due):
+            raise Mismatch("Terminate %s with M %d D %d R %d, expected M %d D %d R %s"
+                           % (got, m, d, r, md_due, md_due,
+                              "0 or 1" if r_due is None else int(r_due)))
+    if exact is not None:
+        if f.ulpdu != exact:
+            raise Mismatch("Terminate ULPDU %s, expected %s" % (f.ulpdu.hex(), exact.hex()))
+        notes.append("every octet as expected")
     # Nothing may follow the Terminate: the device closes the stream.
     try:
         while True:
@@ -748,6 +800,113 @@ def case_global_read_wild(args, log):
     return expect_terminate(c, args.expect, off, log)
 
 
+def kernel_addr(args, what):
+    """The kernel address --what gave (as the shell read it from /proc)."""
+    a = getattr(args, what.replace("-", "_"), None)
+    if not a:
+        raise SetupError("no --%s: the kernel address comes from /proc/kallsyms or "
+                         "/proc/vmallocinfo, read as root" % what)
+    return a
+
+
+def linear_map_alias(image_addr):
+    """The kernel's linear-map (direct-map) address of the kernel image's
+    address image_addr, from /proc/kcore's program headers: the segment of the
+    kernel text (_text to _end) gives its physical address, a segment of RAM
+    the offset of the linear map (p_vaddr - p_paddr). Reads no kernel memory."""
+    try:
+        with open("/proc/kcore", "rb") as f:
+            eh = f.read(64)
+            phoff, = struct.unpack_from("<Q", eh, 32)
+            phentsize, phnum = struct.unpack_from("<HH", eh, 54)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError as e:
+        raise SetupError("/proc/kcore: %s" % e) from e
+    if eh[:4] != b"\x7fELF" or phentsize < 56:
+        raise SetupError("/proc/kcore is not a 64-bit ELF core")
+    text = linear = None
+    for i in range(phnum):
+        p_type, _, _, vaddr, paddr, _, memsz = struct.unpack_from(
+            "<IIQQQQQ", table, i * phentsize)
+        if p_type != 1 or paddr == 2**64 - 1:  # PT_LOAD with a physical address
+            continue
+        if vaddr <= image_addr < vaddr + memsz:
+            text = image_addr - vaddr + paddr
+        elif linear is None and vaddr < image_addr:
+            linear = vaddr - paddr
+    if text is None or linear is None:
+        raise SetupError("/proc/kcore maps no kernel text around %#x or no RAM" % image_addr)
+    return (linear + text) & (2**64 - 1)
+
+
+def global_write(args, log, addr, what):
+    """An RDMA Write of 64 octets under the global rkey at addr."""
+    c, _, gkey, _ = global_conn(args, log)
+    log("writing 64 octets to %s at %#x" % (what, addr))
+    return expect_terminate(c, args.expect, c.write(gkey, addr, against(SEED, 64)), log)
+
+
+def case_global_write_text(args, log):
+    """RDMA Write of 64 octets under the global rkey to kernel text (_stext,
+    its address in the kernel image's own mapping)."""
+    return global_write(args, log, kernel_addr(args, "kernel-text"), "kernel text")
+
+
+def case_global_write_rodata(args, log):
+    """RDMA Write of 64 octets under the global rkey to kernel rodata
+    (linux_banner, its address in the kernel image's own mapping)."""
+    return global_write(args, log, kernel_addr(args, "kernel-rodata"), "kernel rodata")
+
+
+def case_global_write_rodata_alias(args, log):
+    """RDMA Write of 64 octets under the global rkey to kernel rodata
+    (linux_banner) through its alias in the direct map: a reserved page,
+    mapped read-only."""
+    addr = linear_map_alias(kernel_addr(args, "kernel-rodata"))
+    return global_write(args, log, addr, "kernel rodata's direct-map alias")
+
+
+def case_global_write_vmalloc(args, log):
+    """RDMA Write of 64 octets under the global rkey to a vmalloc area (the
+    first page of one /proc/vmallocinfo lists)."""
+    return global_write(args, log, kernel_addr(args, "vmalloc"), "a vmalloc area")
+
+
+def case_global_read_rodata_alias(args, log):
+    """RDMA Read Request of 64 octets under the global rkey from kernel rodata
+    (linux_banner) through its alias in the direct map (a reserved page)."""
+    addr = linear_map_alias(kernel_addr(args, "kernel-rodata"))
+    c, _, gkey, _ = global_conn(args, log)
+    log("reading 64 octets of kernel rodata's direct-map alias at %#x" % addr)
+    return expect_terminate(c, args.expect, c.read_request(SINK_STAG, 0, 64, gkey, addr), log)
+
+
+def case_global_read_huge(args, log):
+    """RDMA Read Request of 0xffffffff octets (4 GiB) under the global rkey
+    from the target region's DMA address: more than one access under the
+    global rkey may cover, refused at once (the Terminate comes first, not
+    after Read Responses)."""
+    c, addr, gkey, _ = global_conn(args, log)
+    off = c.read_request(SINK_STAG, 0, 0xFFFFFFFF, gkey, addr)
+    return expect_terminate(c, args.expect, off, log)
+
+
+def case_global_read_zero_page(args, log):
+    """No hostility: an RDMA Read of 64 octets under the global rkey from the
+    shared zero page (empty_zero_page, by its direct-map address), the one
+    reserved page a peer may read (direct I/O of untouched memory carries it),
+    reads back zeros; then an orderly close."""
+    addr = linear_map_alias(kernel_addr(args, "kernel-zero-page"))
+    c, _, gkey, _ = global_conn(args, log)
+    got = c.read(SINK_STAG, 0x1000, 64, gkey, addr + 64)
+    if got != bytes(64):
+        raise Mismatch("the zero page reads back %s" % got.hex())
+    log("read: 64 zero octets of the zero page at %#x" % (addr + 64))
+    c.close_clean()
+    return "Read of 64 octets of the zero page under the global rkey, orderly close"
+
+
 @hostile
 def case_read_beyond(c, iova, rkey, n):
     """RDMA Read Request of 64 octets at the last 32 of the region."""
@@ -786,10 +945,15 @@ def case_read_response_unsolicited(c, iova, rkey, n):
 
 def case_read_ird_overflow(args, log):
     """One RDMA Read Request more than the IRD the server's MPA Reply
-    announced, all sent at once, each for a whole 1 MiB region: the server
-    cannot have finished its first Read Response when the last Request
-    arrives. Read Response segments ahead of the Terminate are skipped."""
-    c = Conn(args.addr, args.port, log, rtr=args.rtr)
+    announced, all sent at once, each for a whole 1 MiB region. A Read
+    Response counts as done once TCP has taken all of it, so the connection
+    is narrow: the server can hand TCP some KiB before this peer reads, not
+    a whole response (over loopback's 64 KiB MSS its send buffer outgrows
+    1 MiB), and every Request is in before a slot frees. It also puts any
+    Read Response data the server sends first ahead of the Terminate in a
+    full window: the Terminate must still arrive, not be lost in a reset.
+    Read Response segments ahead of the Terminate are skipped."""
+    c = Conn(args.addr, args.port, log, rtr=args.rtr, narrow=True)
     size = 1 << 20
     iova, rkey, n = c.target(size, SEED, ACC_READ)
     count = c.peer_ird + 1
@@ -903,6 +1067,33 @@ def case_read_request_long(c, iova, rkey, n):
     u = c.untagged(OP_READ_REQ, QN_READ) + read_req_hdr(SINK_STAG, 0, 64, rkey, iova) + bytes(8)
     c.send_raw(fpdu(u))
     return u
+
+
+def terminate_ulpdu(ctrl, offending):
+    """The Terminate a device sends first (MSN 1) for offending (a ULPDU we
+    sent): control octets ctrl, then, as RFC 5040 4.8 lays them out, the DDP
+    Segment Length, the DDP header and, of a Read Request, its RDMA header."""
+    hl = TAGGED_HDR_LEN if offending[0] & DDP_T else UNTAGGED_HDR_LEN
+    if offending[1] & 0x0F == OP_READ_REQ:
+        hl += READ_REQ_LEN
+    return (untagged_hdr(OP_TERMINATE, QN_TERM, 1) + ctrl
+            + struct.pack(">H", len(offending)) + offending[:hl])
+
+
+# A Read Request's sink whose Tagged Offsets run past 2^64.
+SINK_WRAP_TO, SINK_WRAP_SIZE = 0xFFFFFFFFFFFFFF00, 0x200
+
+
+def case_read_sink_wrap(args, log):
+    """RDMA Read Request of 0x200 octets of the region into a sink at Tagged
+    Offset 0xffffffffffffff00: its Read Response could not be sent (the TO
+    wraps). Expects exactly RDMAP's remote protection "TO wrap" (0/1/0x04)
+    with M, D and R set and both headers copied, then the close."""
+    c, iova, rkey, n = one(args, log)
+    off = c.read_request(SINK_STAG, SINK_WRAP_TO, SINK_WRAP_SIZE, rkey, iova)
+    exact = terminate_ulpdu(bytes([0x01, 0x04, 0xE0, 0x00]), off)
+    log("expecting Terminate %s" % exact.hex())
+    return expect_terminate(c, args.expect, off, log, exact=exact)
 
 
 def expect_silent_close(conn, log):
@@ -1109,6 +1300,11 @@ def main():
     ap.add_argument("--serve", action="store_true", help="run the cases named on stdin")
     ap.add_argument("--respond", choices=("ird", "rtr"),
                     help="be the responder: a Reply the initiator must Terminate (see respond)")
+    addr = lambda s: int(s, 0)  # noqa: E731
+    ap.add_argument("--kernel-text", type=addr, help="a kernel text address (_stext)")
+    ap.add_argument("--kernel-rodata", type=addr, help="a kernel rodata address (linux_banner)")
+    ap.add_argument("--kernel-zero-page", type=addr, help="empty_zero_page's address")
+    ap.add_argument("--vmalloc", type=addr, help="an address in a vmalloc area")
     args = ap.parse_args()
     if args.self_test:
         self_test()

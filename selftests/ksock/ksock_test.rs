@@ -8,15 +8,19 @@
 //! TAP. Everything stays on loopback, except a connect to 198.18.0.2, which the shell test routes
 //! to a dummy netdev that drops it (for the timeout check).
 
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use kernel::{
-    error::code::{EAGAIN, EINVAL, EIO},
+    c_str,
+    error::code::{EAGAIN, EBUSY, EINVAL, EIO},
     ksock::{
-        errno, ConnectStatus, Consumed, Family, IoSlice, Ipv4Addr, Ipv6Addr, ListenerEvents,
-        LockedSock, PageBatch, PageSlice, RecvFlags, SendAs, SendFlags, Shutdown, SkbData, Sock,
-        SocketAddr, SocketEvents, TcpListener, TcpSocket, TcpState, ZcNotify, ZcRegistration,
+        errno,
+        testing::{self, Foreign},
+        ConnectStatus, Consumed, Family, IoSlice, Ipv4Addr, Ipv6Addr, ListenerEvents, LockedSock,
+        PageBatch, PageSlice, RecvFlags, SendAs, SendFlags, Shutdown, SkbData, Sock, SocketAddr,
+        SocketEvents, TcpListener, TcpSocket, TcpState, ZcNotify, ZcRegistration,
     },
     new_condvar, new_mutex,
+    owned_queue::{OwnedQueue, QueueFlags},
     page::{Page, PAGE_SIZE},
     prelude::*,
     sync::{Arc, CondVar, Mutex},
@@ -942,6 +946,191 @@ fn test_errors(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
     Ok(())
 }
 
+/// What a reader that blocked in `recv` in a work item got.
+struct BlockedRead {
+    done: AtomicBool,
+    /// The bytes received, or a negative errno.
+    result: AtomicI64,
+    /// Whether every byte received was [`FOREIGN_FILL`].
+    intact: AtomicBool,
+    waiter: Arc<Waiter>,
+}
+
+/// The bytes sent to a socket someone else claimed.
+const FOREIGN_FILL: u8 = 0x5a;
+
+/// Receives `len` bytes (`WAITALL`) on `sock` in a work item on `wq`, and runs `act` once the
+/// reader has had time to go to sleep: only an upcall can wake it. Returns the number of bytes
+/// received (0 at the end of the stream).
+fn recv_woken(
+    w: &Arc<Waiter>,
+    wq: &OwnedQueue,
+    sock: &Arc<TcpSocket>,
+    len: usize,
+    act: impl FnOnce() -> Result,
+) -> Result<usize> {
+    let read = Arc::new(
+        BlockedRead {
+            done: AtomicBool::new(false),
+            result: AtomicI64::new(0),
+            intact: AtomicBool::new(false),
+            waiter: w.clone(),
+        },
+        GFP_KERNEL,
+    )?;
+    let (r, s) = (read.clone(), sock.clone());
+    wq.queue()
+        .try_spawn(GFP_KERNEL, move || {
+            let res = KVec::from_elem(0u8, len, GFP_KERNEL)
+                .map_err(Error::from)
+                .and_then(|mut buf| {
+                    let n = s.recv(&mut buf, RecvFlags::WAITALL)?;
+                    let intact = buf
+                        .get(..n)
+                        .is_some_and(|b| b.iter().all(|&x| x == FOREIGN_FILL));
+                    r.intact.store(intact, SeqCst);
+                    Ok(i64::try_from(n)?)
+                });
+            r.result
+                .store(res.unwrap_or_else(|e| e.to_errno().into()), SeqCst);
+            r.done.store(true, SeqCst);
+            r.waiter.notify();
+        })
+        .map_err(|_| ENOMEM)?;
+    w.wait_until(100, || {}, || false);
+    let acted = act();
+    let woken = w.wait_until(5000, || {}, || read.done.load(SeqCst));
+    if !woken {
+        pr_info!("# the reader was not woken; shutting the socket down\n");
+        let _ = sock.shutdown(Shutdown::Both);
+        // The work item must end before the module can go.
+        while !w.wait_until(5000, || {}, || read.done.load(SeqCst)) {}
+    }
+    acted?;
+    ensure(woken)?;
+    let n = read.result.load(SeqCst);
+    if n < 0 {
+        return Err(Error::from_errno(
+            i32::try_from(n).unwrap_or(EIO.to_errno()),
+        ));
+    }
+    ensure(read.intact.load(SeqCst))?;
+    Ok(usize::try_from(n)?)
+}
+
+/// Someone else's `sk_user_data` (a BPF sockmap's, imitated by `ksock::testing`) on our
+/// sockets: `set_callbacks` refuses them and nothing touches the data, and our upcalls, which
+/// such a socket can carry (copied from a listener with a handler), behave as TCP's own.
+fn test_foreign(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
+    let wq = OwnedQueue::new(c_str!("ksock_test"), QueueFlags::UNBOUND)?;
+    let lh = Listener::new(w)?;
+    let listener = listen(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0), None)?;
+    // A sockops program can claim a listener between `listen` and `set_callbacks`.
+    let res = attempt(|| {
+        testing::claim(listener.sock(), Foreign::Psock, false)?;
+        ensure(listener.set_callbacks(lh.clone()) == Err(EBUSY))?;
+        listener.clear_callbacks();
+        ensure(testing::is_claimed(listener.sock(), Foreign::Psock))?;
+        testing::release(listener.sock())?;
+        listener.set_callbacks(lh.clone())
+    });
+    t.check(
+        "claimed listener: set_callbacks is EBUSY, the claim stays; accepted once released",
+        res,
+    );
+
+    let laddr = listener.local_addr()?;
+    let client = TcpSocket::new(Family::Inet)?;
+    client.connect(&laddr, Some(5000))?;
+    let server = Arc::new(accept(w, &listener, &lh, 0)?, GFP_KERNEL)?;
+
+    let res = attempt(|| {
+        for kind in [Foreign::Psock, Foreign::ReuseportArray, Foreign::Plain] {
+            testing::claim(client.sock(), kind, false)?;
+            let (h, _) = Stream::new(w, false)?;
+            let refused = client.set_callbacks(h) == Err(EBUSY);
+            client.clear_callbacks();
+            client.kick_data_ready();
+            let queued = client.with_locked(|sk| sk.queued_len());
+            if !refused || queued != 0 || !testing::is_claimed(client.sock(), kind) {
+                pr_info!("# {:?}: refused {}, queued {}\n", kind, refused, queued);
+                return Err(EIO);
+            }
+            testing::release(client.sock())?;
+        }
+        Ok(())
+    });
+    t.check(
+        "psock, reuseport and untagged sk_user_data: set_callbacks EBUSY; clear_callbacks, kick_data_ready, with_locked leave it",
+        res,
+    );
+
+    // The accepted socket as TCP made it from a listener with a handler, claimed before
+    // `accept`: our upcalls, foreign data.
+    let msg = [FOREIGN_FILL; 100];
+    let send = || {
+        let n = client.send(&[IoSlice::new(&msg)], SendFlags::empty())?;
+        ensure(n == msg.len())
+    };
+    let res = attempt(|| {
+        testing::claim(server.sock(), Foreign::Psock, true)?;
+        let (h, _) = Stream::new(w, false)?;
+        ensure(server.set_callbacks(h) == Err(EBUSY))?;
+        ensure(recv_woken(w, &wq, &server, msg.len(), send)? == msg.len())?;
+        ensure(testing::is_claimed(server.sock(), Foreign::Psock))
+    });
+    t.check(
+        "claimed socket with our upcalls: data_ready wakes a blocked reader",
+        res,
+    );
+
+    // Released, the socket keeps our upcalls without a hook; a handler installed now finds
+    // them as its originals and must not chain to itself.
+    let (sh, st) = Stream::new(w, false)?;
+    let res = attempt(|| {
+        testing::release(server.sock())?;
+        server.set_callbacks(sh.clone())?;
+        ensure(recv_woken(w, &wq, &server, msg.len(), send)? == msg.len())?;
+        ensure(st.data_ready.load(SeqCst) > 0)?;
+        server.clear_callbacks();
+        // A claim made while a handler is installed is refused, as a sockmap's is.
+        server.set_callbacks(sh.clone())?;
+        ensure(testing::claim(server.sock(), Foreign::Psock, false) == Err(EBUSY))?;
+        server.clear_callbacks();
+        Ok(())
+    });
+    drop(sh);
+    t.check(
+        "released: a handler installed over our hookless upcalls gets data_ready and the reader still wakes",
+        res,
+    );
+
+    let res = attempt(|| {
+        testing::claim(server.sock(), Foreign::Plain, true)?;
+        let eof = recv_woken(w, &wq, &server, 1, || client.shutdown(Shutdown::Write))?;
+        ensure(eof == 0 && server.state() == TcpState::CloseWait)?;
+        // The client is gone; what the server sends now is answered with a reset.
+        drop(client);
+        let b = [0u8; 64];
+        let _ = server.send(&[IoSlice::new(&b)], SendFlags::DONTWAIT);
+        ensure(w.wait_until(5000, || {}, || server.sock().error().is_some()))?;
+        ensure(server.take_error() == Some(errno::epipe()))?;
+        ensure(testing::is_claimed(server.sock(), Foreign::Plain))?;
+        testing::release(server.sock())
+    });
+    t.check(
+        "claimed socket with our upcalls: the peer's FIN wakes a blocked reader (EOF), a reset sets the error",
+        res,
+    );
+
+    listener.clear_callbacks();
+    drop(server);
+    drop(listener);
+    drop(lh);
+    drop(wq);
+    Ok(())
+}
+
 struct KsockTest;
 
 impl kernel::Module for KsockTest {
@@ -953,6 +1142,7 @@ impl kernel::Module for KsockTest {
             ("IPv4", test_ipv4 as fn(&mut Ktap, &Arc<Waiter>) -> Result),
             ("IPv6", test_ipv6),
             ("errors", test_errors),
+            ("foreign sk_user_data", test_foreign),
         ] {
             if let Err(e) = test(&mut t, &w) {
                 t.check(name, Err(e));

@@ -168,10 +168,17 @@ check_server() {
 	qperr=$(($(server_count qp_errors) - S0[qp_errors]))
 	# A siw server connection that ends with an error (qp_errors) while the
 	# rsiw client saw nothing wrong has been seen without anything on the wire
-	# (no Terminate, no reset) and is siw's own accounting: shown, not failed.
-	[ "$RSIW_MODULE" = siw ] && ((qperr > 0)) &&
-		tap_diag "$1: note: $qperr siw server connection(s) ended with an error (qp_errors)"
-	[ "$RSIW_MODULE" = siw ] && qperr=0
+	# (no Terminate, no reset): siw's own accounting. Its own check, skipped
+	# by name when it happens, so that the summary shows it.
+	if [ "$RSIW_MODULE" = siw ]; then
+		if ((qperr > 0)); then
+			tap_skip "$1: no siw server connection ended with an error" \
+				"$qperr did (qp_errors), with no Terminate or reset on the wire: siw's own accounting"
+		else
+			tap_ok "$1: no siw server connection ended with an error"
+		fi
+		qperr=0
+	fi
 	tap_result "$((acc + rej > 0 && failed == 0 && tampered == 0 && qperr == 0 ? 0 : 1))" \
 		"$1: the $RSIW_MODULE server's $((acc + rej)) connection(s) ended cleanly" \
 		"since the step: accepted +$acc, rejected +$rej, failed +$failed, tampered +$tampered, qp_errors +$qperr" \

@@ -945,6 +945,44 @@ pub(crate) fn local_inv(c: &mut Conn) -> TResult {
     c.local_inv(k2)
 }
 
+/// MRs [`stag_random`] allocates.
+pub(crate) const STAG_MRS: usize = 32;
+/// How close above the index before it counts as "next in sequence" for [`stag_random`].
+pub(crate) const STAG_NEAR: u32 = 64;
+/// Of the `STAG_MRS - 1` successive pairs, how many may be near: allocation in sequence makes
+/// all of them near; random indexes (at least 2^16 of them) each with a chance below 1/1000,
+/// so 8 or more with a chance below C(31, 8) / 1000^8 < 10^-17.
+const STAG_NEAR_MAX: usize = 7;
+
+/// STag indexes are not allocated in sequence (a peer that sees some STags must not be able to
+/// predict others): of [`STAG_MRS`] MRs allocated in a row, few have an index just above the
+/// one before. Also no STag has index 0. Returns how many did.
+pub(crate) fn stag_random(c: &mut Conn) -> TResult<usize> {
+    let mut mrs = KVec::with_capacity(STAG_MRS, GFP_KERNEL).at("allocating")?;
+    for _ in 0..STAG_MRS {
+        let mr = FrMr::new(&c.pd, 1).at("ib_alloc_mr")?;
+        if mr.rkey() >> 8 == 0 {
+            return Err(fail("an MR got STag index 0 (rkey)", mr.rkey().into(), 0));
+        }
+        mrs.push(mr, GFP_KERNEL).at("allocating")?;
+    }
+    let near = mrs
+        .windows(2)
+        .filter(|w| match w {
+            [a, b] => (b.rkey() >> 8).wrapping_sub(a.rkey() >> 8).wrapping_sub(1) < STAG_NEAR,
+            _ => false,
+        })
+        .count();
+    if near > STAG_NEAR_MAX {
+        return Err(fail(
+            "STag indexes in sequence (successive MRs whose index is just above the one before, of)",
+            near as u64,
+            (STAG_MRS - 1) as u64,
+        ));
+    }
+    Ok(near)
+}
+
 /// Key rotation at the server: write under key 1, rotate (LOCAL_INV + REG_MR), write under key
 /// 2; with `stale`, a WRITE under the stale key 1 must then fail (RFC 5040: an STag is its
 /// index and its key; the C siw checks only the index).
@@ -1273,6 +1311,9 @@ pub(crate) enum BenchOp {
     Write,
     Read,
     Send,
+    /// Control messages ([`MSG_LEN`] bytes) sent one at a time, each answered before the
+    /// next: the round-trip latency of a small Send and its Receive each way.
+    Ping,
 }
 
 /// Runs `op` of `size` bytes for `secs` seconds with `depth` operations in flight.
@@ -1368,7 +1409,17 @@ pub(crate) fn bench(
                 ops += batch as u64;
             }
         }
+        BenchOp::Ping => {
+            while kernel::time::ktime_ms_delta(Ktime::ktime_get(), start) < limit {
+                c.call_ok(
+                    Msg::new(Kind::Ping, [0; 5]),
+                    "the server did not answer a ping",
+                )?;
+                ops += 1;
+            }
+        }
     }
+    let size = if op == BenchOp::Ping { MSG_LEN } else { size };
     let ms = kernel::time::ktime_ms_delta(Ktime::ktime_get(), start).max(1);
     c.close()?;
     Ok(BenchResult {

@@ -52,6 +52,8 @@ pub(crate) enum Kind {
     /// target region's DMA address (0 without a target), `b` the PD's `unsafe_global_rkey`
     /// (0 unless the client connected with [`HELLO_GLOBAL_RKEY`]), `c` the target's length.
     GlobalKey = 9,
+    /// Client: nothing to do; answered with [`Kind::Status`] OK at once (a round trip).
+    Ping = 10,
 }
 
 impl Kind {
@@ -66,6 +68,7 @@ impl Kind {
             7 => Kind::SendMe,
             8 => Kind::Rotate,
             9 => Kind::GlobalKey,
+            10 => Kind::Ping,
             _ => return None,
         })
     }

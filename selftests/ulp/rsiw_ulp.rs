@@ -36,7 +36,11 @@ use kernel::{
     debugfs::{Dir, FileHandler},
     new_mutex,
     prelude::*,
-    rdma::consumer::{cm::SockAddrV4, qp::SendFlags, workqueue::OwnedQueue},
+    rdma::consumer::{
+        cm::SockAddrV4,
+        qp::SendFlags,
+        workqueue::{OwnedQueue, QueueFlags},
+    },
     str::CStr,
     sync::{Arc, Mutex},
 };
@@ -97,7 +101,10 @@ struct StatusFile(Arc<Ulp>);
 
 impl kernel::Module for RsiwUlp {
     fn init(module: &'static ThisModule) -> Result<Self> {
-        let queue = Arc::new(OwnedQueue::new(c_str!("rsiw_ulp"), false)?, GFP_KERNEL)?;
+        let queue = Arc::new(
+            OwnedQueue::new(c_str!("rsiw_ulp"), QueueFlags::PER_CPU)?,
+            GFP_KERNEL,
+        )?;
         let ulp = Arc::pin_init(
             pin_init!(Ulp {
                 queue,
@@ -354,6 +361,15 @@ impl Ulp {
             "unsolicited_quiet" => simple(&|c| client::solicited(c, p, false)),
             "unsignaled" => simple(&|c| client::unsignaled(c, p)),
             "local_inv" => simple(&|c| client::local_inv(c)),
+            "stag_random" => simple(&|c| {
+                client::stag_random(c).map(|near| {
+                    self.log(format_args!(
+                        "# stag_random: {near} of {} STag indexes at most {} above the one before\n",
+                        client::STAG_MRS - 1,
+                        client::STAG_NEAR
+                    ));
+                })
+            }),
             "inline" => {
                 let mut conn = Conn::connect(p.dst, ConnOpts {
                     inline: 64,
@@ -522,6 +538,7 @@ impl Ulp {
                 "unsignaled",
                 "inline",
                 "local_inv",
+                "stag_random",
                 "reg_mr",
                 "stale_key",
                 "reject",
@@ -554,6 +571,7 @@ impl Ulp {
             "write" => BenchOp::Write,
             "read" => BenchOp::Read,
             "send" => BenchOp::Send,
+            "ping" => BenchOp::Ping,
             _ => return Err(EINVAL),
         };
         let size = c.size.unwrap_or(65536);
@@ -561,13 +579,17 @@ impl Ulp {
             Ok(r) => {
                 // Bytes per millisecond is kB/s; / 1000 gives MB/s (10^6 bytes).
                 let kbps = r.bytes / r.ms;
+                // Nanoseconds per operation (a round trip for `ping`).
+                let ns = r.ms.saturating_mul(1_000_000) / r.ops.max(1);
                 self.log(format_args!(
-                    "bench op={} size={size} depth={} ops={} bytes={} ms={} MBps={}.{:03}\n",
+                    "bench op={} size={size} depth={} ops={} bytes={} ms={} us_per_op={}.{:03} MBps={}.{:03}\n",
                     c.op,
                     c.depth,
                     r.ops,
                     r.bytes,
                     r.ms,
+                    ns / 1000,
+                    ns % 1000,
                     kbps / 1000,
                     kbps % 1000
                 ));

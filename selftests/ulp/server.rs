@@ -660,6 +660,10 @@ impl ConnRes {
                     }
                 }
             }
+            Kind::Ping => {
+                self.post_ctrl_recv()?;
+                self.reply_status(status::OK, 0, 0)
+            }
             _ => {
                 self.post_ctrl_recv()?;
                 self.reply_status(status::BAD_REQUEST, m.kind as u64, 0)

@@ -8,7 +8,7 @@
 //! the pcap test) and the seeds checklist (RDMAP-1..22, TRK-32/33).
 
 use super::ddp::{DdpHdr, UNTAGGED_HDR_LEN};
-use super::error::TermError;
+use super::error::{RdmapProtection, TermError};
 use super::wire::{be16, be32, be64, put};
 
 /// RDMAP version defined by RFC 5040 (RV).
@@ -159,6 +159,21 @@ impl ReadRequest {
         let _ = put(&mut b, 16, &self.src_stag.to_be_bytes());
         let _ = put(&mut b, 20, &self.src_to.to_be_bytes());
         b
+    }
+
+    /// Refuses a Read Request whose Read Response cannot be sent: its last segment would
+    /// carry a Tagged Offset plus length past 2^64, which the Data Sink must refuse (RFC 5041
+    /// §7.1, check 5). The check is the one every tagged access in rsiw gets.
+    ///
+    /// The error is RDMAP's remote protection "TO wrap" (0/1/0x04, RFC 5040 §4.8): the Read
+    /// Request is an RDMAP message, untagged to DDP, whose DDP "TO wrap" (1/1/0x03) is for
+    /// the tagged segments a Data Sink receives. The C siw does not check (its Read Response
+    /// Tagged Offsets wrap, for the requester to refuse).
+    pub fn check_sink(&self) -> Result<(), TermError> {
+        match self.sink_to.checked_add(u64::from(self.size)) {
+            Some(_) => Ok(()),
+            None => Err(TermError::RdmapProtection(RdmapProtection::ToWrap)),
+        }
     }
 }
 

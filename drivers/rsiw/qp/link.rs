@@ -11,12 +11,15 @@
 //!
 //! - The connection manager owns the socket's upcall handler. Its `data_ready` upcall, once the
 //!   link is attached, calls [`rx_ready`] here (softirq context, socket lock held): that is
-//!   where the receive path hooks in. The transmit path sends from process context with
-//!   blocking sends, so it needs no `write_space`. TCP state changes and socket errors stay with
-//!   the connection manager, which reports them to `iw_cm`.
-//! - The data path reports a fatal error (after its Terminate, or on the peer's) with
-//!   [`fatal`], from any context; the connection manager then closes the socket, moves the QP
-//!   to ERROR and sends the `iw_cm` events.
+//!   where the receive path hooks in. The transmit path never blocks in the socket: when TCP
+//!   takes no more, its work item ends and `write_space` ([`tx_ready`]) queues it again. TCP
+//!   state changes and socket errors stay with the connection manager, which reports them to
+//!   `iw_cm`.
+//! - The data path reports that TCP took its Terminate with [`terminated`], and any other fatal
+//!   error (the peer's Terminate, a failed socket) with [`fatal`], from any context; the
+//!   connection manager then moves the QP to ERROR, closes the socket (after a Terminate: once
+//!   the peer acknowledged our FIN behind it, or the close timeout passed) and sends the
+//!   `iw_cm` events.
 //! - [`Negotiated`] says what the data path must do on the wire: CRC in both directions when
 //!   `crc`, Markers on transmit when `markers_tx` and expected on receive when `markers_rx`,
 //!   the ORD and IRD in force, whether FPDUs may be larger than one MSS (`large_fpdu`: up to
@@ -90,7 +93,7 @@ pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
         inner.sess = Some(sess);
         inner.state = QpState::Rts;
         // The initiator's RTR, or work posted while the connection was set up.
-        super::tx::kick(qp, &mut inner);
+        super::tx::kick(qp);
     }
     Ok(())
 }
@@ -103,16 +106,28 @@ pub(crate) fn detach(qp: &Qp<Rsiw>) -> Option<Link> {
     let mut inner = super::lock(qp);
     let link = inner.link.take();
     super::enter_error(qp, &mut inner);
+    // The transmit work drops a round TCP has not taken yet.
+    super::tx::kick(qp);
     link
 }
 
-/// The data path hit a fatal error (after sending any Terminate): the connection manager
-/// aborts the connection.
+/// TCP took the Terminate of `qp`'s connection (or there was one to send and it could not be
+/// built): the connection manager closes the connection once it is on the wire.
+///
+/// May be called from any context.
+pub(crate) fn terminated(qp: &Qp<Rsiw>) {
+    if let Some(conn) = conn_of(qp.data()) {
+        Conn::terminated(&conn);
+    }
+}
+
+/// The data path hit a fatal error and sends no Terminate (it received one, or the socket
+/// failed): the connection manager aborts the connection.
 ///
 /// May be called from any context.
 pub(crate) fn fatal(qp: &Qp<Rsiw>) {
     if let Some(conn) = conn_of(qp.data()) {
-        conn.abort();
+        Conn::abort(&conn);
     }
 }
 
@@ -124,4 +139,10 @@ fn conn_of(d: &QpData) -> Option<Arc<Conn>> {
 /// path reads it.
 pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     super::rx::data_ready(qp, sk);
+}
+
+/// The socket of `qp`'s link has room again after a send that TCP did not take all of (any
+/// context up to softirq): the transmit path resumes.
+pub(crate) fn tx_ready(qp: &Qp<Rsiw>) {
+    super::tx::kick(qp);
 }

@@ -12,7 +12,8 @@
 //!
 //! One lock ([`QpData::inner`]) covers the queues, the connection's protocol state and every
 //! access to consumer memory: the receive path places data and the transmit path copies it out
-//! while holding it, so once a work request is flushed its buffers are never touched again.
+//! while holding it (interrupts off), so once a work request is flushed its buffers are never
+//! touched again.
 //!
 //! A QP created on a shared receive queue ([`crate::srq`]) has no receive queue of its own: the
 //! receive path takes a work request from the SRQ when a message starts arriving, under the
@@ -20,25 +21,35 @@
 //! (it is flushed with it); the SRQ's queued ones are not. Entering ERROR reports
 //! `IB_EVENT_QP_LAST_WQE_REACHED` once the receive being filled is flushed, which is what
 //! `ib_drain_qp` waits for on such a QP.
+//!
+//! Lock order, outer first: the transmit outbox ([`QpData::outbox`]) or the connection manager's
+//! phase, the socket lock, the QP lock; under it the SRQ's, a CQ's, the STag table's or an MR's
+//! lock, or the zero-copy release log. Of these only the log nests in another (an MR's, when the
+//! transmit path takes a token while it walks a region). Consumer upcalls wait for the QP lock
+//! to be dropped.
 
 #![deny(unsafe_code)]
 
-use crate::{cq, device::Rsiw, mem, srq::SrqQueue};
+use crate::{cq, device::Rsiw, mem, proto::mpa::RtrType, srq::SrqQueue};
 
 pub(crate) mod link;
 mod rx;
 mod tx;
 use kernel::{
+    c_str,
     irqlock::{SpinLockIrq, SpinLockIrqBackend},
     new_mutex, new_spinlock_irq,
     prelude::*,
     rdma::{
         enotconn, eopnotsupp,
+        mr::MrMapping,
         qp::{
-            Qp, QpCap, QpEvent, QpInitAttr, QpModify, QpQuery, QpState, RecvWr, SendOp, SendWr, Sge,
+            Qp, QpCap, QpEvent, QpInitAttr, QpModify, QpQuery, QpState, QpWork, RecvWr, SendOp,
+            SendWr, Sge,
         },
+        res::ResDetails,
         srq::{Srq, SrqEvent},
-        verbs::{WcOpcode, WcStatus, WorkCompletion},
+        verbs::{PdId, WcOpcode, WcStatus, WorkCompletion},
     },
     sync::lock::Guard,
     sync::{Arc, Mutex},
@@ -99,7 +110,7 @@ pub(crate) enum SendKind {
         mr: Arc<mem::MrShared>,
         key: u32,
         access: u32,
-        mapping: (u64, u64, u32),
+        mapping: MrMapping,
     },
     /// `IB_WR_LOCAL_INV`.
     LocalInv {
@@ -160,6 +171,11 @@ pub(crate) struct IrqEntry {
     pub(crate) src: Option<Arc<mem::MrShared>>,
 }
 
+/// A QP's state behind [`QpData::inner`], a spinlock that disables interrupts: the queues, the
+/// session's wire state and the upcalls owed. Taken by verbs (posts from any context a kernel ULP
+/// posts from, its completion handlers included; modify, query, destroy), by the receive path
+/// (`data_ready` in softirq with the socket locked, or its work item), by the transmit work item
+/// and by the connection manager's work item (attach, detach).
 struct QpInner {
     state: QpState,
     access: u32,
@@ -181,9 +197,6 @@ struct QpInner {
     link: Option<link::Link>,
     /// Wire state of the connection (with `link`).
     sess: Option<Session>,
-    /// Whether the transmit work is queued or running, and whether it must look again.
-    tx_scheduled: bool,
-    tx_again: bool,
     /// The receive work item is queued or running ([`rx::data_ready`]).
     rx_scheduled: bool,
     /// Data arrived while it was: it reads again before it ends.
@@ -197,6 +210,9 @@ struct QpInner {
     /// Taking a receive from the SRQ crossed its limit: report `IB_EVENT_SRQ_LIMIT_REACHED`
     /// once the lock is dropped.
     up_srq_limit: bool,
+    /// A session that ended under the lock, dropped once the lock is released: its bounce
+    /// buffer may be vmalloc memory, and its zero-copy registration waits for notifications.
+    up_retired: Option<Session>,
 }
 
 /// Protocol state of one connection, created when the QP enters RTS.
@@ -245,6 +261,7 @@ struct Deliver<'a> {
     recv: cq::Upcalls,
     event: Option<QpEvent>,
     srq_limit: bool,
+    retired: Option<Session>,
 }
 
 /// Locks `qp`'s state.
@@ -257,6 +274,7 @@ fn lock(qp: &Qp<Rsiw>) -> Locked<'_> {
             recv: cq::Upcalls::default(),
             event: None,
             srq_limit: false,
+            retired: None,
         },
     }
 }
@@ -281,6 +299,7 @@ impl Drop for Locked<'_> {
         self.after.recv = core::mem::take(&mut self.guard.up_recv);
         self.after.event = self.guard.up_event.take();
         self.after.srq_limit = core::mem::take(&mut self.guard.up_srq_limit);
+        self.after.retired = self.guard.up_retired.take();
     }
 }
 
@@ -308,9 +327,18 @@ pub(crate) struct QpData {
     srq: Option<Arc<SrqQueue>>,
     #[pin]
     inner: SpinLockIrq<QpInner>,
-    /// The transmit path's buffer: FPDUs are built here under `inner`, then sent without it.
+    /// The transmit path's buffer and the round TCP has not taken all of yet: FPDUs are built
+    /// here under `inner`, then sent without it. Only the transmit work item locks it.
     #[pin]
-    stage: Mutex<Option<kernel::ksock::PageBatch>>,
+    outbox: Mutex<tx::Outbox>,
+    /// Transmits ([`tx::kick`]).
+    #[pin]
+    tx_work: QpWork<Rsiw>,
+    /// Receives bulk data ([`rx::data_ready`]).
+    #[pin]
+    rx_work: QpWork<Rsiw>,
+    /// What the data path counted for `rdma statistic` ([`crate::stats`]).
+    pub(crate) counters: crate::stats::Counters,
 }
 
 /// Validates a create request, fits `attr.cap` to what the QP provides, and builds its data.
@@ -366,22 +394,25 @@ pub(crate) fn create(
         cur_recv: None,
         link: None,
         sess: None,
-        tx_scheduled: false,
-        tx_again: false,
         rx_scheduled: false,
         rx_again: false,
         up_send: cq::Upcalls::default(),
         up_recv: cq::Upcalls::default(),
         up_event: None,
         up_srq_limit: false,
+        up_retired: None,
     };
     let sig_all = attr.sig_all;
+    let outbox = tx::Outbox::new()?;
     Ok(try_pin_init!(QpData {
         cap,
         sig_all,
         srq,
         inner <- new_spinlock_irq!(inner, "rsiw::QpData::inner"),
-        stage <- new_mutex!(None, "rsiw::QpData::stage"),
+        outbox <- new_mutex!(outbox, "rsiw::QpData::outbox"),
+        tx_work <- kernel::new_qp_work!(tx::run, "rsiw::QpData::tx_work"),
+        rx_work <- kernel::new_qp_work!(rx::rx_work, "rsiw::QpData::rx_work"),
+        counters: crate::stats::Counters::new(),
     }))
 }
 
@@ -402,7 +433,10 @@ fn flush_wc(qp: &Qp<Rsiw>, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
 fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) {
     let was_error = inner.state == QpState::Error;
     inner.state = QpState::Error;
-    inner.sess = None;
+    if let Some(s) = inner.sess.take() {
+        // Once in ERROR no session is made before the lock is dropped, so none is pending.
+        inner.up_retired = Some(s);
+    }
     while let Some(e) = inner.orq.pop() {
         if !e.rtr {
             let up = cq::queue(
@@ -475,6 +509,10 @@ pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
             (QpState::Rts, QpState::Sqd) => enter_error(qp, &mut inner),
             _ => return Err(EINVAL),
         }
+        if inner.state == QpState::Error {
+            // The transmit work drops a round TCP has not taken yet.
+            tx::kick(qp);
+        }
     }
     if let Some(a) = m.access_flags {
         inner.access = a;
@@ -487,7 +525,61 @@ pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
     }
     drop(inner);
     if let Some((l, graceful)) = closed {
-        l.conn.ulp_close(graceful);
+        crate::cm::Conn::ulp_close(&l.conn, graceful);
+    }
+    Ok(())
+}
+
+/// What `rdma resource show qp -dd` shows of a connected QP: what MPA negotiated, the segment
+/// sizes in use and the socket's addresses. Nothing for a QP without a connection.
+pub(crate) fn fill_res(qp: &Qp<Rsiw>, d: &mut ResDetails<'_>) -> Result {
+    let (n, role, sizes, sock) = {
+        let inner = lock(qp);
+        let Some(link) = inner.link.as_ref() else {
+            return Ok(());
+        };
+        let sizes = inner.sess.as_ref().map(|s| s.tx.sizes());
+        (link.negotiated, link.role, sizes, link.socket.clone())
+    };
+    let rtr = |t: Option<RtrType>| match t {
+        None => "none",
+        Some(RtrType::Write) => "write",
+        Some(RtrType::Read) => "read",
+        Some(RtrType::Send) => "send",
+    };
+    let accepted = [RtrType::Write, RtrType::Read, RtrType::Send]
+        .into_iter()
+        .find(|t| n.rtr_accept.has(*t));
+    d.put_fmt(
+        c_str!("role"),
+        format_args!(
+            "{}",
+            match role {
+                link::Role::Initiator => "initiator",
+                link::Role::Responder => "responder",
+            }
+        ),
+    )?;
+    d.put_u32(c_str!("mpa_rev"), n.rev.into())?;
+    d.put_u32(c_str!("crc"), n.crc.into())?;
+    d.put_u32(c_str!("markers_tx"), n.markers_tx.into())?;
+    d.put_u32(c_str!("markers_rx"), n.markers_rx.into())?;
+    d.put_fmt(
+        c_str!("rtr"),
+        format_args!("{}", rtr(n.rtr_send.or(accepted))),
+    )?;
+    d.put_u32(c_str!("large_fpdu"), n.large_fpdu.into())?;
+    d.put_u32(c_str!("ird"), n.ird.into())?;
+    d.put_u32(c_str!("ord"), n.ord.into())?;
+    if let Some((mss, mulpdu)) = sizes {
+        d.put_u32(c_str!("mss"), mss)?;
+        d.put_u32(c_str!("mulpdu"), mulpdu.into())?;
+    }
+    if let Ok(a) = sock.local_addr() {
+        d.put_fmt(c_str!("laddr"), format_args!("{}", a))?;
+    }
+    if let Ok(a) = sock.peer_addr() {
+        d.put_fmt(c_str!("raddr"), format_args!("{}", a))?;
     }
     Ok(())
 }
@@ -509,7 +601,7 @@ pub(crate) fn query(qp: &Qp<Rsiw>) -> QpQuery {
 /// Tears down a QP about to be destroyed.
 pub(crate) fn destroy(qp: &Qp<Rsiw>) {
     if let Some(l) = link::detach(qp) {
-        l.conn.ulp_close(false);
+        crate::cm::Conn::ulp_close(&l.conn, false);
     }
 }
 
@@ -594,7 +686,7 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
                 return Err(ENOMEM);
             }
             inner.sq.push(entry).map_err(|_| ENOMEM)?;
-            tx::kick(qp, &mut inner);
+            tx::kick(qp);
             Ok(())
         }
         _ => Err(enotconn()),
@@ -637,10 +729,10 @@ fn take_srq_recv(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Option<RecvEntry> {
 }
 
 /// The PD that receive buffers' lkeys belong to: the SRQ's, or the QP's own.
-fn recv_pd(qp: &Qp<Rsiw>) -> usize {
+fn recv_pd(qp: &Qp<Rsiw>) -> PdId {
     match &qp.data().srq {
         Some(srq) => srq.pd(),
-        None => qp.pd().as_raw() as usize,
+        None => qp.pd().id(),
     }
 }
 

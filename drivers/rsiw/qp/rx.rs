@@ -20,7 +20,8 @@
 //!
 //! Any violation queues a Terminate with the RFC's Layer/EType/Code for the transmit path,
 //! reports `IB_EVENT_QP_FATAL` (or `IB_EVENT_QP_ACCESS_ERR`), logs a line naming the device,
-//! and stops reading; once the Terminate is out the connection is aborted and the QP flushed.
+//! and stops reading; once TCP took the Terminate the QP is flushed and the connection closes
+//! behind it (see [`super::link::terminated`]).
 
 #![deny(unsafe_code)]
 
@@ -33,11 +34,12 @@ use crate::{
     proto::{
         crc::Crc32c,
         ddp::{DdpHdr, DdpRx},
-        error::{DdpTagged, DdpUntagged, RdmapOperation, RdmapProtection, TermError},
+        error::{DdpTagged, DdpUntagged, MpaCode, RdmapOperation, RdmapProtection, TermError},
         fpdu::{RxConfig, RxEvent, RxStream, SegmentInfo, CRC_LEN},
         negotiate::{check_first_fpdu, Negotiated},
         rdmap::{Offending, Opcode, Terminate, QN_TERMINATE},
     },
+    stats::{self, Counter},
 };
 use kernel::{
     alloc::KVVec,
@@ -45,11 +47,10 @@ use kernel::{
     prelude::*,
     rdma::{
         mr::KernelRange,
-        qp::{Qp, QpEvent, QpRef, QpState, Sge},
+        qp::{Qp, QpEvent, QpRef, QpState, Queued, Sge},
         verbs::{WcOpcode, WcStatus, WorkCompletion},
     },
     sync::Arc,
-    workqueue,
 };
 
 /// Where the payload of the segment being received goes.
@@ -191,18 +192,17 @@ pub(crate) fn data_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
             return;
         }
         if sk.queued_len() >= RX_DEFER_MIN {
-            if let Some(qref) = qp.get_ref() {
-                // The work item holds a QP reference, so `destroy_qp` waits for it to finish.
-                if workqueue::system_unbound()
-                    .try_spawn(GFP_ATOMIC, move || rx_work(qref))
-                    .is_ok()
-                {
-                    g.rx_scheduled = true;
-                    g.rx_again = false;
-                    return;
-                }
+            // The work item holds a QP reference, so `destroy_qp` waits for it to finish.
+            let queued = qp
+                .data()
+                .rx_work
+                .queue(qp, crate::device::workqueue(qp.device()));
+            if queued != Queued::QpGone {
+                g.rx_scheduled = true;
+                g.rx_again = false;
+                return;
             }
-            // No memory for the work item: place the data here.
+            // The QP is being destroyed: nothing is placed any more anyway.
         }
     }
     rx_ready(qp, sk);
@@ -210,7 +210,7 @@ pub(crate) fn data_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
 
 /// The receive work item: reads the socket (locked as its owner, in process context) until
 /// no more data arrived while it did.
-fn rx_work(qp: QpRef<Rsiw>) {
+pub(super) fn rx_work(qp: QpRef<Rsiw>) {
     loop {
         let sock = lock(&qp).link.as_ref().map(|l| l.socket.clone());
         if let Some(sock) = sock {
@@ -303,7 +303,7 @@ fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) -> bool {
         .and_then(|o| o.ddp.header())
         .is_some_and(|h| matches!(h, DdpHdr::Untagged(u) if u.qn == QN_TERMINATE));
     if of_terminate {
-        pr_info!(
+        kernel::pr_info_ratelimited!(
             "{}: QP {}: malformed Terminate from the peer (layer {} etype {} code {:#04x}), closing\n",
             qp.device().name(),
             qp.qpn(),
@@ -317,7 +317,10 @@ fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) -> bool {
         }
         return false;
     }
-    pr_info!(
+    if e == TermError::Mpa(MpaCode::Crc) {
+        qp.data().counters.inc(Counter::RxCrcErrors);
+    }
+    kernel::pr_info_ratelimited!(
         "{}: QP {}: protocol error, sending Terminate layer {} etype {} code {:#04x}\n",
         qp.device().name(),
         qp.qpn(),
@@ -334,7 +337,7 @@ fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) -> bool {
     if let Some(s) = inner.sess.as_mut() {
         s.term = Some(Terminate::for_error(e, f.offending.as_ref()));
     }
-    tx::kick(qp, inner);
+    tx::kick(qp);
     true
 }
 
@@ -394,6 +397,7 @@ fn process(
                 input = rest;
             }
             RxEvent::SegmentDone => {
+                qp.data().counters.inc(Counter::RxFpdus);
                 unbounce(qp, inner)?;
                 if on_done(qp, inner)? {
                     return Ok(Flow::PeerTerminated);
@@ -485,7 +489,7 @@ fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> Decision {
 
 /// Validates a segment's header against the connection state and picks its target.
 fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<Target, TermError> {
-    let pd = qp.pd().as_raw() as usize;
+    let pd = qp.pd().id();
     let mut rtr = false;
     {
         let sess = inner.sess.as_mut().ok_or(TermError::RdmapCatastrophic)?;
@@ -495,7 +499,7 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
                 rtr = check_first_fpdu(&sess.rx.negotiated, info)?.is_some();
                 // The RTR arrived: the responder may transmit now.
                 sess.tx.await_rtr = false;
-                tx::kick(qp, inner);
+                tx::kick(qp);
             }
         }
     }
@@ -585,23 +589,16 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
                 .ddp
                 .check_untagged(h, 0, room.then_some(0))
                 .map_err(TermError::DdpUntagged)?;
+            // A Read Response to a wrapping sink could never be sent: refused here, where the
+            // Terminate can still copy the request's headers.
+            rr.check_sink()?;
             let src = if rr.size == 0 {
                 None
             } else {
                 let mr = mem::lookup(qp.device(), rr.src_stag)
                     .ok_or(TermError::RdmapProtection(RdmapProtection::InvalidStag))?;
-                mr.access(
-                    rr.src_stag,
-                    pd,
-                    mem::RIGHTS_READ,
-                    rr.src_to,
-                    u64::from(rr.size),
-                    |_| Ok(()),
-                )
-                .map_err(|e| match e {
-                    MapError::Access(a) => read_source_error(a),
-                    MapError::Copy(_) => TermError::RdmapCatastrophic,
-                })?;
+                mr.check_read_source(rr.src_stag, pd, rr.src_to, u64::from(rr.size))
+                    .map_err(read_source_error)?;
                 Some(mr)
             };
             Ok(Target::ReadRequest(IrqEntry {
@@ -622,6 +619,17 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
             Ok(Target::Terminate)
         }
         _ => Err(TermError::RdmapOperation(RdmapOperation::UnexpectedOpcode)),
+    }
+}
+
+/// Counts `n` payload octets of `qp` received, placed through the bounce buffer if `bounced`.
+fn count_rx_payload(qp: &Qp<Rsiw>, n: usize, bounced: bool) {
+    let c = &qp.data().counters;
+    // CAST: `usize` is at most 64 bits wide.
+    let n = n as u64;
+    c.add(Counter::RxPayloadBytes, n);
+    if bounced {
+        c.add(Counter::RxPayloadBouncedBytes, n);
     }
 }
 
@@ -675,6 +683,7 @@ fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<
         Placement::Discard => stream.consume_payload(src, &crc).map_err(|e| e.term()),
         Placement::Bounce => {
             crate::knobs::count_rx_payload(true, src.len());
+            count_rx_payload(qp, src.len(), true);
             let end = bounced.saturating_add(src.len());
             match bounce.get_mut(*bounced..end) {
                 Some(dst) => {
@@ -686,6 +695,7 @@ fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<
         }
         Placement::Direct | Placement::Undecided => {
             crate::knobs::count_rx_payload(false, src.len());
+            count_rx_payload(qp, src.len(), false);
             let mut copy = |s: &[u8], d: &mut [u8]| -> Result {
                 stream.copy_payload(s, d, &crc).map_err(|_| EINVAL)
             };
@@ -726,7 +736,7 @@ fn place_in_target(
     offset: u32,
     copy: &mut Copier<'_>,
 ) -> Result<(), TermError> {
-    let pd = qp.pd().as_raw() as usize;
+    let pd = qp.pd().id();
     let mut rest = src;
     let len = src.len() as u64;
     match target {
@@ -801,7 +811,7 @@ fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
                 if !o.rtr {
                     let mut status = WcStatus::Success;
                     if o.invalidate_local {
-                        let pd = qp.pd().as_raw() as usize;
+                        let pd = qp.pd().id();
                         if mem::invalidate(qp.device(), pd, o.sink.lkey).is_err() {
                             status = WcStatus::LocProtErr;
                         }
@@ -819,7 +829,7 @@ fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
                     }
                 }
                 // An ORD slot is free, a fence may lift.
-                tx::kick(qp, inner);
+                tx::kick(qp);
             }
         }
         Target::Recv { mo } => {
@@ -834,7 +844,7 @@ fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
                         DdpHdr::Untagged(h) => h.rsvd_ulp2,
                         DdpHdr::Tagged(_) => 0,
                     };
-                    let pd = qp.pd().as_raw() as usize;
+                    let pd = qp.pd().id();
                     if mem::invalidate(qp.device(), pd, stag).is_err() {
                         // Put the receive back: it is flushed with the QP.
                         inner.cur_recv = Some(r);
@@ -860,12 +870,15 @@ fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
             if inner.irq.push(entry).is_err() {
                 return Err(fail(TermError::DdpUntagged(DdpUntagged::NoBuffer)));
             }
-            tx::kick(qp, inner);
+            tx::kick(qp);
         }
         Target::Terminate => {
             if let Some(t) = cur.info.terminate {
                 let c = t.ctrl;
-                pr_info!(
+                qp.data()
+                    .counters
+                    .inc(stats::terminate_counter(false, c.layer));
+                kernel::pr_info_ratelimited!(
                     "{}: QP {}: peer sent Terminate layer {} etype {} code {:#04x}\n",
                     qp.device().name(),
                     qp.qpn(),

@@ -2,10 +2,13 @@
 
 //! The transmit path: RDMAP messages to FPDUs on the connection's TCP socket.
 //!
-//! Posting only queues work; one work item per QP ([`kick`]) does the sending, in process
-//! context, so that it may sleep in the socket. Each round of the work item takes the QP lock,
-//! builds up to [`BATCH`] bytes of FPDUs into the QP's [`PageBatch`], ends what it finished,
-//! drops the lock and hands the batch to TCP with one `sendmsg`.
+//! Posting only queues work; the QP's transmit work item ([`kick`], on the module's workqueue)
+//! does the sending, in process context. Each round of the work item takes the QP lock, builds
+//! up to [`BATCH`] bytes of FPDUs into the QP's [`PageBatch`], ends what it finished, drops the
+//! lock and hands the batch to TCP with one non-blocking `sendmsg`. When TCP takes only part
+//! of it (the peer's window or our send buffer is full), the rest stays in the QP's [`Outbox`]
+//! and the work item ends; the socket's `write_space` queues it again, and it sends the rest
+//! before it builds anything new. So a slow or stalled peer holds no worker.
 //!
 //! Headers, trailers and short payloads are copied into the batch's own pages; payload in
 //! spliceable pages (not slab memory, at least [`ZC_MIN`] bytes) goes by reference, with the
@@ -46,18 +49,19 @@ use crate::{
         negotiate::Negotiated,
         rdmap::{ReadRequest, Terminate, QN_READ_REQUEST, QN_SEND, QN_TERMINATE},
     },
+    stats::{self, Counter, Counters},
 };
 use kernel::{
     irqlock::SpinLockIrq,
-    ksock::{PageBatch, SendAs, TcpSocket, ZcNotify, ZcRegistration, ZcToken},
+    ksock::{PageBatch, SendAs, SendProgress, TcpSocket, ZcNotify, ZcRegistration, ZcToken},
     new_spinlock_irq,
     prelude::*,
     rdma::{
         qp::{Qp, QpRef, QpState},
-        verbs::WcStatus,
+        verbs::{PdId, WcStatus},
     },
     sync::Arc,
-    workqueue,
+    time::msecs_to_jiffies,
 };
 
 /// Bytes of FPDUs built per round before they are sent.
@@ -137,6 +141,9 @@ struct ZcTrack {
     /// The QP, to complete the work requests that waited. Dropped with the session (when the
     /// QP leaves RTS, and at the latest when it is destroyed).
     qp: QpRef<Rsiw>,
+    /// Interrupts off: TCP reports releases from any context up to softirq, under the
+    /// registration's lock ([`ZcNotify::released`]). The transmit work item reads it and takes
+    /// tokens under the QP lock (and, walking a region, under that MR's lock too).
     #[pin]
     log: SpinLockIrq<ReleaseLog>,
 }
@@ -147,14 +154,9 @@ impl ZcNotify for ZcTrack {
         if !self.log.lock().mark(seq) {
             return;
         }
-        // Atomic context, under the registration's lock: complete the work requests later.
-        let qp = self.qp.clone();
-        let _ = workqueue::system_unbound().try_spawn(GFP_ATOMIC, move || {
-            let mut g = lock(&qp);
-            super::reap_sent(&qp, &mut g);
-            // Payload waiting for room in the window may go now.
-            kick(&qp, &mut g);
-        });
+        // Atomic context, under the registration's lock: the transmit work completes the work
+        // requests that waited, and sends payload that waited for room in the window.
+        kick(&self.qp);
     }
 }
 
@@ -244,6 +246,11 @@ pub(crate) struct TxState {
 }
 
 impl TxState {
+    /// The socket's MSS new FPDUs are sized for, and their MULPDU.
+    pub(crate) fn sizes(&self) -> (u32, u16) {
+        (self.mss, self.mulpdu)
+    }
+
     /// The state at the start of Full Operation, FPDUs sized for `mss`.
     pub(crate) fn new(n: &Negotiated, role: link::Role, mss: u32) -> Self {
         let initiator = role == link::Role::Initiator;
@@ -277,53 +284,82 @@ impl TxState {
     }
 }
 
-/// Makes sure the transmit work runs (again) for `qp`. Any context; `inner` is `qp`'s state.
-pub(super) fn kick(qp: &Qp<Rsiw>, inner: &mut QpInner) {
-    if inner.tx_scheduled {
-        inner.tx_again = true;
-        return;
+/// Makes sure the transmit work runs (again) for `qp`. Any context, with or without the QP
+/// lock; never allocates.
+pub(super) fn kick(qp: &Qp<Rsiw>) {
+    // The queued item holds a QP reference, so `destroy_qp` waits for it to finish. A QP being
+    // destroyed transmits nothing more.
+    let _ = qp
+        .data()
+        .tx_work
+        .queue(qp, crate::device::workqueue(qp.device()));
+}
+
+/// The transmit path's buffer, and the round TCP has not taken all of yet.
+///
+/// Behind a mutex ([`QpData::outbox`](super::QpData)) that only the transmit work item ([`run`])
+/// takes, in process context. It is held across `sendmsg`, which may sleep for the socket lock,
+/// and the QP lock is taken inside it to build each round.
+pub(crate) struct Outbox {
+    batch: PageBatch,
+    pending: Option<Pending>,
+}
+
+impl Outbox {
+    /// An empty outbox, its batch allocated now so that transmitting never has to.
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Self {
+            batch: PageBatch::new(BATCH_FRAGS, GFP_KERNEL)?,
+            pending: None,
+        })
     }
-    let Some(qref) = qp.get_ref() else { return };
-    // The work item holds a QP reference, so `destroy_qp` waits for it to finish.
-    if workqueue::system_unbound()
-        .try_spawn(GFP_ATOMIC, move || run(qref))
-        .is_ok()
-    {
-        inner.tx_scheduled = true;
-        inner.tx_again = false;
-    } else {
-        pr_warn!(
-            "{}: QP {}: no memory to schedule transmission\n",
-            qp.device().name(),
-            qp.qpn()
-        );
-    }
+}
+
+/// How a round goes to TCP (see [`SendAs`]).
+#[derive(Clone, Copy)]
+enum Mode {
+    ZeroCopy,
+    Copy,
+    Splice,
+}
+
+/// A round being handed to TCP.
+struct Pending {
+    sock: Arc<TcpSocket>,
+    /// The zero-copy token of its payload sent by reference (with [`Mode::ZeroCopy`]).
+    token: Option<ZcToken>,
+    mode: Mode,
+    /// The round's number: its work requests complete once all of it was taken.
+    number: u64,
+    /// A Terminate ends it: once TCP took it, the connection closes after it.
+    terminates: bool,
 }
 
 /// What one round produced.
 enum Round {
     /// Nothing to send; the work item ended.
     Idle,
-    /// Send the staged bytes; then, if `abort`, end the connection (a Terminate went out).
-    Send { sock: Arc<TcpSocket>, abort: bool },
+    /// Nothing could be built for want of memory: the work item ends and runs again later.
+    NoMemory,
+    /// Send the staged bytes; then, if `terminates`, end the connection (a Terminate is last).
+    Send {
+        sock: Arc<TcpSocket>,
+        terminates: bool,
+    },
 }
 
 /// The transmit work item.
-fn run(qp: QpRef<Rsiw>) {
-    let mut slot = qp.data().stage.lock();
-    if slot.is_none() {
-        *slot = PageBatch::new(BATCH_FRAGS, GFP_KERNEL).ok();
+pub(super) fn run(qp: QpRef<Rsiw>) {
+    let mut guard = qp.data().outbox.lock();
+    let Outbox { batch, pending } = &mut *guard;
+    if let Some(p) = pending.take() {
+        if !still_connected(&qp, &p.sock) {
+            // The connection ended meanwhile (its work requests were flushed).
+            batch.clear();
+        } else if !send_round(&qp, batch, p, pending) {
+            return;
+        }
     }
-    let Some(batch) = slot.as_mut() else {
-        pr_warn!(
-            "{}: QP {}: no memory for the transmit batch\n",
-            qp.device().name(),
-            qp.qpn()
-        );
-        lock(&qp).tx_scheduled = false;
-        link::fatal(&qp);
-        return;
-    };
     loop {
         let mut stage = Stage {
             batch,
@@ -333,49 +369,106 @@ fn run(qp: QpRef<Rsiw>) {
         };
         let (round, number) = {
             let mut g = lock(&qp);
+            // Zero-copy sends released since the last round let work requests complete.
+            super::reap_sent(&qp, &mut g);
             let r = fill(&qp, &mut g, &mut stage);
             let number = round_out(&mut g);
-            if matches!(r, Round::Idle) {
+            if matches!(r, Round::Idle | Round::NoMemory) {
                 // Nothing staged: what ended in this round is done.
                 rounds_sent(&qp, &mut g, number);
-                if g.tx_again {
-                    g.tx_again = false;
-                    continue;
-                }
-                g.tx_scheduled = false;
             }
             (r, number)
         };
-        let Round::Send { sock, abort } = round else {
-            return;
-        };
-        let token = stage.token.take();
-        let how = match (&token, stage.tcp_copies) {
-            (Some(t), _) => SendAs::ZeroCopy(t),
-            (None, true) => SendAs::Copy,
-            (None, false) => SendAs::Splice,
-        };
-        let res = sock.send_batch(stage.batch, how);
-        // TCP holds its own references on the token now; released once it freed the skbs.
-        drop(token);
-        match res {
-            // Copies are made and spliced pages are never written again: the work requests
-            // that ended in this round may complete (those that wait for no token).
-            Ok(()) => rounds_sent(&qp, &mut lock(&qp), number),
-            // They stay, to be flushed with the QP.
-            Err(e) => {
-                pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
-                lock(&qp).tx_scheduled = false;
-                drop(sock);
-                link::fatal(&qp);
+        let (sock, terminates) = match round {
+            Round::Send { sock, terminates } => (sock, terminates),
+            Round::Idle => return,
+            Round::NoMemory => {
+                retry_later(&qp);
                 return;
             }
-        }
-        drop(sock);
-        if abort {
-            lock(&qp).tx_scheduled = false;
-            link::fatal(&qp);
+        };
+        let token = stage.token.take();
+        let mode = match (&token, stage.tcp_copies) {
+            (Some(_), _) => Mode::ZeroCopy,
+            (None, true) => Mode::Copy,
+            (None, false) => Mode::Splice,
+        };
+        let p = Pending {
+            sock,
+            token,
+            mode,
+            number,
+            terminates,
+        };
+        if !send_round(&qp, batch, p, pending) {
             return;
+        }
+    }
+}
+
+/// How long the transmit path waits before it tries again after an allocation failed with
+/// nothing queued in the socket: no acknowledgement will come to report room, so a timer must.
+const MEMORY_RETRY_MS: u32 = 20;
+
+/// Runs the transmit work again once [`MEMORY_RETRY_MS`] have passed (a kick before then finds
+/// it waiting and leaves it so).
+fn retry_later(qp: &Qp<Rsiw>) {
+    crate::knobs::count_tx_memory_wait();
+    let _ = qp.data().tx_work.queue_after(
+        qp,
+        crate::device::workqueue(qp.device()),
+        msecs_to_jiffies(MEMORY_RETRY_MS),
+    );
+}
+
+/// Whether `sock` is still the socket of `qp`'s connection, in RTS.
+fn still_connected(qp: &Qp<Rsiw>, sock: &Arc<TcpSocket>) -> bool {
+    let g = lock(qp);
+    g.state == QpState::Rts
+        && g.link
+            .as_ref()
+            .is_some_and(|l| Arc::ptr_eq(&l.socket, sock))
+}
+
+/// Hands what is left of round `p` (in `batch`) to TCP without blocking. Returns whether the
+/// work item goes on; if TCP took only part, `p` waits in `pending` for `write_space`.
+fn send_round(
+    qp: &Qp<Rsiw>,
+    batch: &mut PageBatch,
+    p: Pending,
+    pending: &mut Option<Pending>,
+) -> bool {
+    let how = match (&p.token, p.mode) {
+        (Some(t), Mode::ZeroCopy) => SendAs::ZeroCopy(t),
+        (_, Mode::Copy) => SendAs::Copy,
+        _ => SendAs::Splice,
+    };
+    match p.sock.send_batch_nowait(batch, how) {
+        // Copies are made and spliced pages are never written again: the work requests that
+        // ended in this round may complete (those that wait for no token). TCP holds its own
+        // references on the token now; released once it freed the skbs.
+        Ok(SendProgress::Done) => {
+            rounds_sent(qp, &mut lock(qp), p.number);
+            if p.terminates {
+                link::terminated(qp);
+                return false;
+            }
+            true
+        }
+        Ok(SendProgress::Blocked) => {
+            *pending = Some(p);
+            false
+        }
+        Ok(SendProgress::NoMemory) => {
+            *pending = Some(p);
+            retry_later(qp);
+            false
+        }
+        // The work requests stay, to be flushed with the QP.
+        Err(e) => {
+            pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
+            link::fatal(qp);
+            false
         }
     }
 }
@@ -429,6 +522,9 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
         }
         if let Some(term) = sess.term.take() {
             sess.term_sent = true;
+            qp.data()
+                .counters
+                .inc(stats::terminate_counter(true, term.ctrl.layer));
             // A Terminate ends the stream: drop a half-built batch's successor, keep what is
             // staged (whole FPDUs) and append the Terminate.
             let mut tx = sess.tx;
@@ -449,10 +545,16 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
                     );
                 }
             }
-            return Round::Send { sock, abort: true };
+            return Round::Send {
+                sock,
+                terminates: true,
+            };
         }
         if stage.len() >= BATCH {
-            return Round::Send { sock, abort: false };
+            return Round::Send {
+                sock,
+                terminates: false,
+            };
         }
         let mut tx = sess.tx;
         let mut job = match tx.job.take() {
@@ -466,7 +568,10 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
                     return if stage.is_empty() {
                         Round::Idle
                     } else {
-                        Round::Send { sock, abort: false }
+                        Round::Send {
+                            sock,
+                            terminates: false,
+                        }
                     };
                 }
             },
@@ -482,14 +587,12 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
                     s.tx = tx;
                 }
                 if stage.is_empty() {
-                    pr_warn!(
-                        "{}: QP {}: no memory to build FPDUs\n",
-                        qp.device().name(),
-                        qp.qpn()
-                    );
-                    return Round::Send { sock, abort: true };
+                    return Round::NoMemory;
                 }
-                return Round::Send { sock, abort: false };
+                return Round::Send {
+                    sock,
+                    terminates: false,
+                };
             }
             Err(BuildError::Local) => {
                 // The work request names memory it may not use: it fails, and the QP with it
@@ -572,11 +675,24 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
             stag: r.sink_stag,
             to: r.sink_to,
         };
-        let seg = Segmenter::new(op, r.size, tx.mulpdu).ok()?;
-        return Some(Job {
-            source: Source::IrqHead,
-            seg,
-        });
+        if let Ok(seg) = Segmenter::new(op, r.size, tx.mulpdu) {
+            return Some(Job {
+                source: Source::IrqHead,
+                seg,
+            });
+        }
+        // The receiver refuses a Read Request whose response cannot be cut into segments
+        // (`ReadRequest::check_sink`); should one get here anyway, end the connection: waiting
+        // would hold up the send queue behind it for good.
+        if let Some(s) = inner.sess.as_mut() {
+            s.term = Some(Terminate::for_error(
+                crate::proto::error::TermError::RdmapCatastrophic,
+                None,
+            ));
+        }
+        // The work item runs another round, which sends the Terminate.
+        kick(qp);
+        return None;
     }
     loop {
         let e = inner.sq.front()?;
@@ -609,7 +725,7 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
                 continue;
             }
             SendKind::LocalInv { rkey } => {
-                let pd = qp.pd().as_raw() as usize;
+                let pd = qp.pd().id();
                 let st = match mem::invalidate(qp.device(), pd, rkey) {
                     Ok(()) => WcStatus::Success,
                     Err(_) => WcStatus::LocProtErr,
@@ -731,7 +847,7 @@ fn emit(
     frags_max: usize,
 ) -> Result<bool, BuildError> {
     let crc = KernelCrc32c;
-    let pd = qp.pd().as_raw() as usize;
+    let pd = qp.pd().id();
     while !job.seg.is_done() {
         if stage.len() >= limit || stage.batch.frags_left() < frags_max {
             return Ok(false);
@@ -748,6 +864,7 @@ fn emit(
             return Err(e);
         }
         crate::knobs::count_fpdu(f.wire_len(), tx.mss);
+        qp.data().counters.inc(Counter::TxFpdus);
     }
     Ok(true)
 }
@@ -756,7 +873,7 @@ fn emit(
 fn build_fpdu(
     qp: &Qp<Rsiw>,
     inner: &QpInner,
-    pd: usize,
+    pd: PdId,
     source: Source,
     f: &mut FpduTx,
     stage: &mut Stage<'_>,
@@ -780,7 +897,7 @@ fn build_fpdu(
 fn add_payload(
     qp: &Qp<Rsiw>,
     inner: &QpInner,
-    pd: usize,
+    pd: PdId,
     source: Source,
     offset: u32,
     len: u32,
@@ -798,7 +915,7 @@ fn add_payload(
     };
     let mut failed = None;
     let mut add = |r: kernel::rdma::mr::KernelRange| -> Result {
-        let res = add_range(r, by_ref, f, stage, crc);
+        let res = add_range(r, by_ref, f, stage, crc, &qp.data().counters);
         res.map_err(|e| {
             failed = Some(e);
             EINVAL
@@ -871,6 +988,7 @@ fn add_range(
     f: &mut FpduTx,
     stage: &mut Stage<'_>,
     crc: &KernelCrc32c,
+    counters: &Counters,
 ) -> Result<(), BuildError> {
     r.with_slice(|b| f.feed_payload(crc, b))
         .map_err(|_| BuildError::Local)?;
@@ -893,6 +1011,7 @@ fn add_range(
                     stage.tcp_copies |= copies;
                     stage.spliced |= matches!(by_ref, ByReference::Plain);
                     crate::knobs::count_tx_payload(!copies, r.len());
+                    count_tx_payload(counters, r.len(), !copies);
                     return Ok(());
                 }
                 Ok(false) => {}
@@ -901,5 +1020,21 @@ fn add_range(
         }
     }
     crate::knobs::count_tx_payload(false, r.len());
+    count_tx_payload(counters, r.len(), false);
     r.with_slice(|b| stage.push(b))
+}
+
+/// Counts `n` payload octets sent, from the consumer's pages if `by_reference`.
+fn count_tx_payload(c: &Counters, n: usize, by_reference: bool) {
+    // CAST: `usize` is at most 64 bits wide.
+    let n = n as u64;
+    c.add(Counter::TxPayloadBytes, n);
+    c.add(
+        if by_reference {
+            Counter::TxPayloadByReferenceBytes
+        } else {
+            Counter::TxPayloadCopiedBytes
+        },
+        n,
+    );
 }

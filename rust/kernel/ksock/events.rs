@@ -5,7 +5,7 @@
 
 use super::skb::{self, Consumed, SkbData};
 use super::socket::TcpState;
-use crate::{alloc::KBox, bindings, prelude::*, sync::Arc, types::Opaque};
+use crate::{alloc::KBox, bindings, error::code::EBUSY, prelude::*, sync::Arc, types::Opaque};
 use core::ptr::{addr_of, addr_of_mut};
 
 /// Handler for the upcalls of a connected (or connecting) [`TcpSocket`].
@@ -123,6 +123,14 @@ impl Sock {
         let tp = unsafe { bindings::tcp_sk(self.as_raw()) };
         // SAFETY: `tp` is valid; a racy read of an integer, as siw does.
         unsafe { addr_of!((*tp).mss_cache).read_volatile() }
+    }
+
+    /// The bytes of send buffer the socket holds (`sk_wmem_queued`): queued or sent and not
+    /// yet acknowledged.
+    pub fn send_queued(&self) -> i32 {
+        // SAFETY: The socket is valid (type invariant); a racy read of an integer, which TCP
+        // itself reads with `READ_ONCE` outside the socket lock.
+        unsafe { addr_of!((*self.as_raw()).sk_wmem_queued).read_volatile() }
     }
 
     /// How many MSS-sized segments TCP currently builds into one GSO packet (`gso_segs`).
@@ -319,26 +327,72 @@ struct Hook {
     orig: Upcalls,
 }
 
-// The low bits of `sk_user_data` are flags; `SK_USER_DATA_NOCOPY` keeps TCP from copying the
-// pointer into sockets cloned from a listener (the `Hook` belongs to the listener alone).
+// Whose `sk_user_data` it is.
+//
+// Its low bits are flags (`include/net/sock.h`). A `Hook` is tagged with `SK_USER_DATA_NOCOPY`
+// alone, which also keeps TCP from copying the pointer into sockets cloned from a listener (the
+// `Hook` belongs to the listener alone).
+//
+// Others can claim our sockets while they carry no hook: a BPF sockmap or sockhash
+// (`sk_psock_init`, tag `NOCOPY | PSOCK`; a sockops program can add each new connection before
+// we accept it) or a reuseport array (`NOCOPY | BPF`). Both refuse a socket whose
+// `sk_user_data` is set, so they never replace a hook. Kernel users that store an untagged
+// pointer, or tag `NOCOPY` alone (SMC), do so only on sockets they created themselves. So on
+// our sockets exactly `NOCOPY` means a `Hook`, and any other non-null word is foreign: it is
+// never dereferenced, replaced or freed here, and a handler is not installed next to it.
 // CAST: The flag values are small.
 const NOCOPY: usize = bindings::SK_USER_DATA_NOCOPY as usize;
 // CAST: `SK_USER_DATA_PTRMASK` is `~7` as an `int`; sign extension gives the `unsigned long` mask.
 const PTRMASK: usize = bindings::SK_USER_DATA_PTRMASK as isize as usize;
 
-/// The hook installed on `sk`, if any.
+/// What a socket's `sk_user_data` holds.
+enum UserData {
+    /// Nothing.
+    Empty,
+    /// Our hook.
+    Ours(*mut Hook),
+    /// Someone else's data.
+    Foreign,
+}
+
+impl UserData {
+    /// Reads `sk_user_data` of `sk`, telling ours from foreign data by its tag only.
+    ///
+    /// # Safety
+    ///
+    /// `sk` must be valid and its `sk_callback_lock` held (for reading or writing).
+    unsafe fn of(sk: *mut bindings::sock) -> Self {
+        // SAFETY: `sk` is valid; the lock keeps writers out.
+        let word = unsafe { addr_of!((*sk).sk_user_data).read_volatile() };
+        // CAST: A pointer with tag bits in its low bits, taken apart as an integer.
+        let word = word as usize;
+        let ptr = word & PTRMASK;
+        if word == 0 {
+            UserData::Empty
+        } else if word & !PTRMASK == NOCOPY && ptr != 0 {
+            // CAST: The pointer without its tag.
+            UserData::Ours(ptr as *mut Hook)
+        } else {
+            UserData::Foreign
+        }
+    }
+}
+
+/// The hook installed on `sk`, if any; `None` for foreign `sk_user_data`.
 ///
 /// # Safety
 ///
-/// `sk` must be a valid socket owned by a `TcpSocket` or `TcpListener`, so that its
-/// `sk_user_data` is null or a `Hook` (see their invariants), and its `sk_callback_lock` must be
-/// held for `'a` (for reading or writing).
+/// `sk` must be a valid socket owned by a `TcpSocket` or `TcpListener`, so that a word tagged as
+/// ours in its `sk_user_data` is a `Hook` (see their invariants), and its `sk_callback_lock`
+/// must be held for `'a` (for reading or writing).
 unsafe fn hook<'a>(sk: *mut bindings::sock) -> Option<&'a Hook> {
-    // SAFETY: `sk` is valid; the lock keeps writers out.
-    let raw = unsafe { addr_of!((*sk).sk_user_data).read_volatile() } as usize & PTRMASK;
-    // SAFETY: Non-null means a live `Hook` that is only freed after being unlinked under the
-    // write lock, which the caller's lock excludes for `'a`.
-    (raw != 0).then(|| unsafe { &*(raw as *const Hook) })
+    // SAFETY: `sk` is valid and the lock is held.
+    match unsafe { UserData::of(sk) } {
+        // SAFETY: On our socket, a word tagged as ours is a live `Hook` that is only freed after
+        // being unlinked under the write lock, which the caller's lock excludes for `'a`.
+        UserData::Ours(hook) => Some(unsafe { &*hook }),
+        UserData::Empty | UserData::Foreign => None,
+    }
 }
 
 /// The read side of `sk_callback_lock`.
@@ -385,11 +439,13 @@ impl Drop for WriteGuard {
 
 /// Installs `handler` on `sk`, replacing the handler installed before, if any.
 ///
+/// Fails with `EBUSY`, changing nothing, if `sk_user_data` holds someone else's data.
+///
 /// # Safety
 ///
-/// `sk` must be a valid TCP socket owned by a `TcpSocket` or `TcpListener` (so that its
-/// `sk_user_data` belongs to this module) that stays valid until [`remove`] has run on it. A
-/// [`Handler::Stream`] must only be installed on a socket that never listens.
+/// `sk` must be a valid TCP socket owned by a `TcpSocket` or `TcpListener` (so that a word
+/// tagged as ours in its `sk_user_data` is a `Hook`) that stays valid until [`remove`] has run
+/// on it. A [`Handler::Stream`] must only be installed on a socket that never listens.
 pub(crate) unsafe fn install(sk: *mut bindings::sock, handler: Handler) -> Result {
     let mut new = KBox::new(
         Hook {
@@ -401,22 +457,30 @@ pub(crate) unsafe fn install(sk: *mut bindings::sock, handler: Handler) -> Resul
     let old = {
         // SAFETY: `sk` is valid.
         let _guard = unsafe { WriteGuard::new(sk) };
-        // SAFETY: The lock is held; `sk` is ours.
-        let old = unsafe { hook(sk) }.map(|h| core::ptr::from_ref(h).cast_mut());
-        match old {
-            // SAFETY: `old` is a live `Hook` (we hold the lock).
-            Some(old) => new.orig = unsafe { (*old).orig },
-            None => {
-                // With no hook installed, none of the upcalls is ours (`TcpListener::accept`
-                // replaces those a new socket inherits), so these are the originals.
+        // SAFETY: The lock is held.
+        let old = match unsafe { UserData::of(sk) } {
+            UserData::Foreign => return Err(EBUSY),
+            UserData::Ours(old) => {
+                // SAFETY: `old` is a live `Hook` (our socket, and we hold the lock).
+                new.orig = unsafe { (*old).orig };
+                Some(old)
+            }
+            UserData::Empty => {
+                // These are the originals. Some may be ours all the same, on a socket TCP
+                // copied from a listener with a hook whose upcalls someone else saved and put
+                // back (a sockmap does, when it lets go of the socket): `chain` runs the
+                // kernel's default for them.
                 // SAFETY: The lock is held.
                 new.orig = unsafe { Upcalls::read(sk) };
                 // SAFETY: The lock is held for writing.
                 unsafe { Upcalls::TRAMPOLINES.write(sk) };
+                None
             }
-        }
+        };
+        // CAST: The pointer tagged as ours, and back to a pointer below.
         let raw = KBox::into_raw(new) as usize | NOCOPY;
-        // INVARIANT: `sk_user_data` now points to a live `Hook`, owned through this pointer.
+        // INVARIANT: `sk_user_data` now points to a live `Hook`, owned through this pointer and
+        // tagged as ours.
         // SAFETY: The lock is held for writing; TCP reads `sk_user_data` as a whole word.
         unsafe { addr_of_mut!((*sk).sk_user_data).write_volatile(raw as *mut _) };
         old
@@ -429,7 +493,8 @@ pub(crate) unsafe fn install(sk: *mut bindings::sock, handler: Handler) -> Resul
     Ok(())
 }
 
-/// Removes the handler installed on `sk`, if any, and restores the original upcalls.
+/// Removes the handler installed on `sk`, if any, and restores the original upcalls. Foreign
+/// `sk_user_data` is left alone.
 ///
 /// When this returns, no upcall is running the handler any more and none will; the handler has
 /// been dropped (this is where a last reference to it goes away).
@@ -460,8 +525,10 @@ pub(crate) unsafe fn remove(sk: *mut bindings::sock) {
 /// Gives a socket just accepted from `listener` its original upcalls back.
 ///
 /// TCP creates the socket of a new connection as a copy of the listener, including its
-/// upcalls; the `Hook` pointer is not copied (`SK_USER_DATA_NOCOPY`), so our upcalls do nothing
-/// on it until this puts the listener's originals in their place.
+/// upcalls; the `Hook` pointer is not copied (`SK_USER_DATA_NOCOPY`), so our upcalls run the
+/// kernel's defaults on it until this puts the listener's originals in their place. Someone
+/// else may have claimed the new socket already (see `UserData`): their `sk_user_data` is left
+/// alone, and [`install`] refuses the socket.
 ///
 /// # Safety
 ///
@@ -555,27 +622,26 @@ impl Upcalls {
 /// `sk_callback_lock`, and the socket's original upcall for `event` after it (for
 /// [`Event::WriteSpace`], before it).
 ///
-/// Without a hook, the upcall raced with [`remove`] (and the socket's current upcall, read
-/// under the lock, is the restored original: it is called instead), or runs on a socket TCP
-/// copied from a listener before [`fix_accepted`] (the current upcall is ours, and there is
-/// nobody to notify yet: nothing is called).
+/// Without a hook of ours, runs the kernel's default upcall for `event` instead. That happens
+/// when the upcall raced with [`remove`] (the restored original is the default: our sockets
+/// start with the kernel's upcalls), on a socket TCP copied from a listener before
+/// [`fix_accepted`], and when someone else claimed the socket (a sockmap, whose psock saved
+/// our upcalls and calls them): foreign `sk_user_data` is never touched, and the socket's
+/// current upcall is not called either (it may be the claimer's, which called us).
 ///
 /// # Safety
 ///
 /// Only for our upcalls, with the socket TCP passes them: valid during the call, and one of our
-/// sockets or a copy TCP made of one (whose `sk_user_data` is then null).
+/// sockets or a copy TCP made of one (whose `sk_user_data` is then null or foreign).
 unsafe fn run_upcall(sk: *mut bindings::sock, event: Event, f: impl FnOnce(&Handler)) {
     // SAFETY: TCP passes a valid socket that stays valid during the call.
     let guard = unsafe { ReadGuard::new(sk) };
-    // SAFETY: The lock is held, and the socket is ours or a copy without a hook.
+    // SAFETY: The lock is held, and a word tagged as ours in `sk_user_data` is a `Hook` (see
+    // `UserData`).
     let Some(hook) = (unsafe { hook(sk) }) else {
-        // SAFETY: The lock is held.
-        let cur = unsafe { Upcalls::read(sk) }.get(event);
         drop(guard);
-        if addr(cur) != addr(Upcalls::TRAMPOLINES.get(event)) {
-            // SAFETY: `cur` is the socket's own (restored) upcall.
-            unsafe { chain(cur, sk) };
-        }
+        // SAFETY: `sk` is a valid TCP socket.
+        unsafe { default_upcall(event, sk) };
         return;
     };
     let orig = hook.orig.get(event);
@@ -584,26 +650,48 @@ unsafe fn run_upcall(sk: *mut bindings::sock, event: Event, f: impl FnOnce(&Hand
     // cleared, and no further `sk_write_space` would come.
     let orig_first = event == Event::WriteSpace;
     if orig_first {
-        // SAFETY: `orig` is the socket's original upcall.
-        unsafe { chain(orig, sk) };
+        // SAFETY: `orig` is the socket's original upcall for `event`.
+        unsafe { chain(orig, event, sk) };
     }
     f(&hook.handler);
     drop(guard);
     if !orig_first {
-        // SAFETY: `orig` is the socket's original upcall.
-        unsafe { chain(orig, sk) };
+        // SAFETY: `orig` is the socket's original upcall for `event`.
+        unsafe { chain(orig, event, sk) };
     }
 }
 
-/// Calls an upcall of `sk`.
+/// Calls `orig`, the original upcall of `sk` for `event`; if that is ours (see [`install`]),
+/// the kernel's default instead, which is what ours does without a hook.
 ///
 /// # Safety
 ///
-/// `sk` must be valid and `f` one of its own upcalls (not ours).
-unsafe fn chain(f: Upcall, sk: *mut bindings::sock) {
-    if let Some(f) = f {
+/// `sk` must be a valid TCP socket and `orig` its upcall for `event` from before our hook.
+unsafe fn chain(orig: Upcall, event: Event, sk: *mut bindings::sock) {
+    if addr(orig) == addr(Upcalls::TRAMPOLINES.get(event)) {
+        // SAFETY: `sk` is a valid TCP socket.
+        unsafe { default_upcall(event, sk) };
+    } else if let Some(orig) = orig {
         // SAFETY: The caller guarantees this is the socket's upcall.
-        unsafe { f(sk) };
+        unsafe { orig(sk) };
+    }
+}
+
+/// Runs what the upcall for `event` of a TCP socket does by default (`sock_init_data`,
+/// `tcp_init_sock`): wakes up the socket's waiters.
+///
+/// # Safety
+///
+/// `sk` must be a valid TCP socket, in a context where TCP calls that upcall.
+unsafe fn default_upcall(event: Event, sk: *mut bindings::sock) {
+    // SAFETY: The caller guarantees a valid TCP socket and an upcall context.
+    unsafe {
+        match event {
+            Event::DataReady => bindings::ksock_default_data_ready(sk),
+            Event::WriteSpace => bindings::ksock_default_write_space(sk),
+            Event::StateChange => bindings::ksock_default_state_change(sk),
+            Event::ErrorReport => bindings::ksock_default_error_report(sk),
+        }
     }
 }
 
@@ -677,4 +765,98 @@ unsafe extern "C" fn error_report_upcall(sk: *mut bindings::sock) {
     };
     // SAFETY: This is our upcall, called by TCP.
     unsafe { run_upcall(sk, Event::ErrorReport, f) };
+}
+
+/// Test support, not for drivers: someone else's data in a socket's `sk_user_data`, put there as
+/// the kernel's BPF maps do, to show that this module leaves it alone.
+#[doc(hidden)]
+pub mod testing {
+    use super::{
+        addr_of, addr_of_mut, bindings, ReadGuard, Sock, Upcalls, UserData, WriteGuard, EBUSY,
+        PTRMASK,
+    };
+    use crate::{error::code::ENOENT, prelude::*};
+
+    /// The foreign data. All zeroes: to the sockmap code, whose tag [`Foreign::Psock`] imitates,
+    /// a psock being freed, which it does not take (`sk_psock_get`); and a `Hook` read from it
+    /// by mistake would crash at once.
+    static FOREIGN: [usize; 32] = [0; 32];
+
+    /// How the foreign data is tagged.
+    #[derive(Clone, Copy, Debug)]
+    pub enum Foreign {
+        /// As a sockmap's or sockhash's psock (`SK_USER_DATA_NOCOPY | SK_USER_DATA_PSOCK`).
+        Psock,
+        /// As a reuseport array's entry (`SK_USER_DATA_NOCOPY | SK_USER_DATA_BPF`).
+        ReuseportArray,
+        /// Untagged, as most kernel users store it.
+        Plain,
+    }
+
+    impl Foreign {
+        fn word(self) -> usize {
+            let tag = match self {
+                Foreign::Psock => bindings::SK_USER_DATA_NOCOPY | bindings::SK_USER_DATA_PSOCK,
+                Foreign::ReuseportArray => {
+                    bindings::SK_USER_DATA_NOCOPY | bindings::SK_USER_DATA_BPF
+                }
+                Foreign::Plain => 0,
+            };
+            // CAST: The flag values are small; an address fits in a `usize`.
+            FOREIGN.as_ptr() as usize | tag as usize
+        }
+    }
+
+    /// Claims `sk` with foreign data tagged as `kind`, as a sockmap does: fails with `EBUSY` if
+    /// its `sk_user_data` is set. With `our_upcalls`, the socket gets this module's upcalls
+    /// without a hook, as it has when TCP copied it from a listener with a handler and it is
+    /// claimed before `accept` (and when a sockmap saved those upcalls and calls them).
+    pub fn claim(sk: &Sock, kind: Foreign, our_upcalls: bool) -> Result {
+        let sk = sk.as_raw();
+        // SAFETY: `sk` is valid while borrowed.
+        let _guard = unsafe { WriteGuard::new(sk) };
+        // SAFETY: The lock is held.
+        if !matches!(unsafe { UserData::of(sk) }, UserData::Empty) {
+            return Err(EBUSY);
+        }
+        if our_upcalls {
+            // SAFETY: The lock is held for writing. Without a hook, our upcalls run the
+            // kernel's defaults.
+            unsafe { Upcalls::TRAMPOLINES.write(sk) };
+        }
+        // CAST: `sk_user_data` is a pointer with tag bits.
+        let word = kind.word() as *mut _;
+        // SAFETY: The lock is held for writing; the word is never read as ours (see
+        // `UserData`).
+        unsafe { addr_of_mut!((*sk).sk_user_data).write_volatile(word) };
+        Ok(())
+    }
+
+    /// Whether `sk` carries the foreign data of [`claim`], with its tag intact.
+    pub fn is_claimed(sk: &Sock, kind: Foreign) -> bool {
+        let sk = sk.as_raw();
+        // SAFETY: `sk` is valid while borrowed.
+        let _guard = unsafe { ReadGuard::new(sk) };
+        // SAFETY: The lock is held.
+        let word = unsafe { addr_of!((*sk).sk_user_data).read_volatile() };
+        // CAST: A pointer with tag bits, compared as an integer.
+        word as usize == kind.word()
+    }
+
+    /// Removes the foreign data of [`claim`], as its owner would; fails with `ENOENT` if `sk`
+    /// does not carry it. Our upcalls stay (and keep running the kernel's defaults).
+    pub fn release(sk: &Sock) -> Result {
+        let sk = sk.as_raw();
+        // SAFETY: `sk` is valid while borrowed.
+        let _guard = unsafe { WriteGuard::new(sk) };
+        // SAFETY: The lock is held.
+        let word = unsafe { addr_of!((*sk).sk_user_data).read_volatile() };
+        // CAST: A pointer with tag bits, and an address, compared as integers.
+        if word as usize & PTRMASK != FOREIGN.as_ptr() as usize {
+            return Err(ENOENT);
+        }
+        // SAFETY: The lock is held for writing.
+        unsafe { addr_of_mut!((*sk).sk_user_data).write_volatile(core::ptr::null_mut()) };
+        Ok(())
+    }
 }

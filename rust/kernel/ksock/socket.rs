@@ -262,8 +262,9 @@ impl<'a> PageSlice<'a> {
 /// - `sock` is a TCP socket of family `family`, created by `sock_create_kern` or returned by
 ///   `kernel_accept`, owned by this object (released in `drop`); `sock->sk` is valid for as long
 ///   as this object exists.
-/// - `sk->sk_user_data` is null or a hook installed by [`events::install`] (only this module
-///   writes it), and the socket never listens while a [`Handler::Stream`] is installed.
+/// - `sk->sk_user_data` is null, a hook installed by [`events::install`] (on these sockets only
+///   this module writes a word tagged as its hook), or someone else's data, which this module
+///   never uses; the socket never listens while a [`Handler::Stream`] is installed.
 pub struct TcpSocket {
     sock: NonNull<bindings::socket>,
     family: Family,
@@ -321,6 +322,13 @@ impl TcpSocket {
     pub fn set_reuseaddr(&self) {
         // SAFETY: `sk` is valid; the function takes the socket lock.
         unsafe { bindings::sock_set_reuseaddr(self.sk()) };
+    }
+
+    /// Makes releasing the socket abort the connection with a reset instead of closing it in
+    /// order (`SO_LINGER` with a zero timeout).
+    pub fn set_abortive_close(&self) {
+        // SAFETY: `sk` is valid; the function takes the socket lock.
+        unsafe { bindings::sock_no_linger(self.sk()) };
     }
 
     /// Disables Nagle's algorithm (`TCP_NODELAY`): small segments go out at once.
@@ -577,6 +585,9 @@ impl TcpSocket {
     /// The handler is held until it is replaced, [`TcpSocket::clear_callbacks`] is called, or the
     /// socket is dropped. Data that arrived before the handler was installed raises no
     /// `data_ready`: see [`TcpSocket::kick_data_ready`].
+    ///
+    /// Fails with `EBUSY` if someone else claimed the socket through its `sk_user_data` (a BPF
+    /// sockmap, say): the socket is not for us then, and should be dropped.
     pub fn set_callbacks<T: SocketEvents + 'static>(&self, handler: Arc<T>) -> Result {
         let handler: Arc<dyn SocketEvents> = handler;
         // SAFETY: `sk` is our valid socket, and it does not listen (type invariant).
@@ -645,7 +656,8 @@ impl TcpListener {
     /// Accepts a connection, without waiting (`kernel_accept` with `O_NONBLOCK`).
     ///
     /// Returns `None` when no connection is waiting. The new socket has no upcall handler (the
-    /// listener's handler is not inherited) and may already hold received data.
+    /// listener's handler is not inherited) and may already hold received data. Someone else may
+    /// have claimed it already (see [`TcpSocket::set_callbacks`]).
     pub fn accept(&self) -> Result<Option<TcpSocket>> {
         let mut new = core::ptr::null_mut();
         // CAST: `O_NONBLOCK` is a small constant.
@@ -658,8 +670,8 @@ impl TcpListener {
         }
         let sock = NonNull::new(new).ok_or(EINVAL)?;
         // INVARIANT: A connected TCP socket of the listener's family, now owned here. Its
-        // `sk_user_data` is null (the listener's hook is not copied), and `fix_accepted` replaces
-        // the upcalls it inherited.
+        // `sk_user_data` is null (the listener's hook is not copied) or someone else's (a
+        // sockmap's), and `fix_accepted` replaces the upcalls it inherited.
         let child = TcpSocket {
             sock,
             family: self.sock.family,
@@ -684,6 +696,8 @@ impl TcpListener {
     /// [`ListenerEvents::incoming`] signals connections to accept. Connections that were ready
     /// before the handler was installed raise no upcall: call [`TcpListener::accept`] once after
     /// installing it.
+    ///
+    /// Fails with `EBUSY` as [`TcpSocket::set_callbacks`] does.
     pub fn set_callbacks<T: ListenerEvents + 'static>(&self, handler: Arc<T>) -> Result {
         let handler: Arc<dyn ListenerEvents> = handler;
         // SAFETY: `sk` is our valid socket.

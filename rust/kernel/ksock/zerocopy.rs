@@ -192,11 +192,13 @@ impl Drop for ZcToken {
 ///
 /// - Every entry of `frags` is a fragment of a valid page, within the page, on which the batch
 ///   owns one reference; `bytes` is the sum of their lengths.
+/// - `sent <= bytes`: the first `sent` bytes were handed to TCP already.
 /// - `fill` is null or a page allocated by the batch, on which it owns one more reference, whose
 ///   bytes from `fill_off` on no fragment refers to and TCP has never seen.
 pub struct PageBatch {
     frags: KVec<bindings::bio_vec>,
     bytes: usize,
+    sent: usize,
     fill: *mut bindings::page,
     fill_off: usize,
 }
@@ -213,6 +215,7 @@ impl PageBatch {
         Ok(Self {
             frags: KVec::with_capacity(max_frags, flags)?,
             bytes: 0,
+            sent: 0,
             fill: core::ptr::null_mut(),
             fill_off: 0,
         })
@@ -226,6 +229,11 @@ impl PageBatch {
     /// Whether the batch is empty.
     pub fn is_empty(&self) -> bool {
         self.bytes == 0
+    }
+
+    /// The number of bytes not yet handed to TCP (see [`TcpSocket::send_batch_nowait`]).
+    pub fn unsent(&self) -> usize {
+        self.bytes - self.sent
     }
 
     /// How many more fragments fit.
@@ -351,8 +359,9 @@ impl PageBatch {
         Ok(true)
     }
 
-    /// Cuts the batch back to its first `len` bytes.
+    /// Cuts the batch back to its first `len` bytes, or to what was sent if that is more.
     pub fn truncate(&mut self, len: usize) {
+        let len = len.max(self.sent);
         while self.bytes > len {
             let Some(last) = self.frags.last_mut() else {
                 break;
@@ -379,6 +388,8 @@ impl PageBatch {
 
     /// Empties the batch, dropping every page reference.
     pub fn clear(&mut self) {
+        // INVARIANT: Nothing is left to count as sent.
+        self.sent = 0;
         self.truncate(0);
         self.drop_fill();
     }
@@ -414,20 +425,60 @@ pub enum SendAs<'a> {
     Copy,
 }
 
+/// How far [`TcpSocket::send_batch_nowait`] got.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SendProgress {
+    /// TCP took the whole batch, which is empty again.
+    Done,
+    /// The socket is full: the rest of the batch stays, to be sent by a later call with the same
+    /// `how`, once [`SocketEvents::write_space`](super::SocketEvents::write_space) reported room.
+    Blocked,
+    /// TCP could not allocate memory for the batch, and holds no data whose acknowledgement
+    /// would bring a [`SocketEvents::write_space`](super::SocketEvents::write_space): the rest
+    /// of the batch stays, and the caller tries again later by itself.
+    NoMemory,
+}
+
 impl TcpSocket {
     /// Sends the whole batch as `how` says, blocking while the socket is full, and empties it.
     pub fn send_batch(&self, batch: &mut PageBatch, how: SendAs<'_>) -> Result {
-        let res = self.send_frags(batch, how);
+        let res = self.send_frags(batch, how, false);
         batch.clear();
         res
     }
 
-    fn send_frags(&self, batch: &PageBatch, how: SendAs<'_>) -> Result {
-        let mut done = 0usize;
-        while done < batch.bytes {
+    /// Sends what TCP takes of the batch now, without blocking. The part not sent stays in the
+    /// batch (nothing may be pushed to it meanwhile); on an error the batch is emptied.
+    pub fn send_batch_nowait(
+        &self,
+        batch: &mut PageBatch,
+        how: SendAs<'_>,
+    ) -> Result<SendProgress> {
+        match self.send_frags(batch, how, true) {
+            Ok(()) => {
+                batch.clear();
+                Ok(SendProgress::Done)
+            }
+            // TCP reports a full send buffer and a failed allocation alike. With data queued, its
+            // acknowledgement reports room; with none, nothing would.
+            Err(e) if e == EAGAIN && self.sock().send_queued() > 0 => Ok(SendProgress::Blocked),
+            Err(e) if e == EAGAIN => Ok(SendProgress::NoMemory),
+            Err(e) => {
+                batch.clear();
+                Err(e)
+            }
+        }
+    }
+
+    /// Hands the batch's unsent bytes to TCP, counting them as sent as it goes.
+    fn send_frags(&self, batch: &mut PageBatch, how: SendAs<'_>, nowait: bool) -> Result {
+        while batch.sent < batch.bytes {
             // SAFETY: `msghdr` is a plain C struct for which all zeroes is the empty message.
             let mut msg: bindings::msghdr = unsafe { core::mem::zeroed() };
             msg.msg_flags = bindings::MSG_NOSIGNAL;
+            if nowait {
+                msg.msg_flags |= bindings::MSG_DONTWAIT;
+            }
             match how {
                 SendAs::ZeroCopy(t) => {
                     msg.msg_flags |= bindings::MSG_ZEROCOPY;
@@ -437,7 +488,7 @@ impl TcpSocket {
                 SendAs::Copy => {}
             }
             // SAFETY: The fragments are valid pages the batch holds references on (type
-            // invariant), `bytes` long in all; they outlive the call. `done < bytes`.
+            // invariant), `bytes` long in all; they outlive the call. `sent < bytes`.
             unsafe {
                 bindings::iov_iter_bvec(
                     &mut msg.msg_iter,
@@ -447,7 +498,7 @@ impl TcpSocket {
                     batch.frags.len() as crate::ffi::c_ulong,
                     batch.bytes,
                 );
-                bindings::iov_iter_advance(&mut msg.msg_iter, done);
+                bindings::iov_iter_advance(&mut msg.msg_iter, batch.sent);
             }
             // SAFETY: The socket is valid; `msg` describes the fragments, see above; with a
             // token TCP takes its own references on it (`msg_ubuf`), when copying it reads the
@@ -460,7 +511,9 @@ impl TcpSocket {
                 return Err(EAGAIN);
             }
             // CAST: Positive.
-            done += ret as usize;
+            let n = ret as usize;
+            // INVARIANT: TCP took at most what was offered, `bytes - sent`.
+            batch.sent = batch.sent.saturating_add(n).min(batch.bytes);
         }
         Ok(())
     }

@@ -26,7 +26,7 @@
 //! C headers: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h),
 //! [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
 
-use crate::{bindings, error::Error};
+use crate::bindings;
 
 pub mod cm;
 pub mod cq;
@@ -35,52 +35,9 @@ pub mod qp;
 pub mod srq;
 pub mod workqueue;
 
-/// Returns the `Error` for a positive errno constant from the bindings (e.g. `ECONNREFUSED`,
-/// which 6.12's `kernel::error::code` does not name).
-pub fn errno(code: u32) -> Error {
-    // CAST: errno constants are small positive numbers.
-    Error::from_errno(-(code as i32))
-}
-
-/// Returns the error for a timed-out wait (`ETIMEDOUT`).
-pub fn etimedout() -> Error {
-    errno(bindings::ETIMEDOUT)
-}
-
-/// Returns the error for a refused connection (`ECONNREFUSED`).
-pub fn econnrefused() -> Error {
-    errno(bindings::ECONNREFUSED)
-}
-
-/// Returns the error for a reset connection (`ECONNRESET`).
-pub fn econnreset() -> Error {
-    errno(bindings::ECONNRESET)
-}
-
-/// Returns the error for a missing connection (`ENOTCONN`).
-pub fn enotconn() -> Error {
-    errno(bindings::ENOTCONN)
-}
-
-/// Returns the error for an unreachable host (`EHOSTUNREACH`).
-pub fn ehostunreach() -> Error {
-    errno(bindings::EHOSTUNREACH)
-}
-
-/// Returns the error for a protocol failure (`EPROTO`).
-pub fn eproto() -> Error {
-    errno(bindings::EPROTO)
-}
-
-/// Returns the error for an I/O failure (`EIO`).
-pub fn eio() -> Error {
-    errno(bindings::EIO)
-}
-
-/// Returns the error for an unsupported operation (`EOPNOTSUPP`).
-pub fn eopnotsupp() -> Error {
-    errno(bindings::EOPNOTSUPP)
-}
+pub use crate::errno::{
+    econnrefused, econnreset, ehostunreach, enotconn, eopnotsupp, eproto, etimedout,
+};
 
 /// The capabilities of an RDMA device that a ULP sizes itself by (a copy of the core's cached
 /// `struct ib_device_attr`).
@@ -119,6 +76,7 @@ pub struct DeviceCaps {
 impl DeviceCaps {
     /// Whether the device supports memory management extensions (FRWR, `SEND_WITH_INV`).
     pub fn mem_mgt_extensions(&self) -> bool {
+        // CAST: A flag bit of the C enum, positive.
         self.device_cap_flags & bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64
             != 0
     }
@@ -127,6 +85,7 @@ impl DeviceCaps {
     /// Without it, the core gives every PD an internal DMA MR; either way [`mem::Pd::local_dma_lkey`]
     /// is the key to use.
     pub fn local_dma_lkey(&self) -> bool {
+        // CAST: A flag bit of the C enum, positive.
         self.kernel_cap_flags & bindings::ib_kernel_cap_flags_IBK_LOCAL_DMA_LKEY as u64 != 0
     }
 }

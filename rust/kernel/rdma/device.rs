@@ -17,7 +17,9 @@ use crate::{
     rdma::{
         mr::{Mr, MrKeys, MrType},
         qp::{Qp, QpInitAttr, QpModify, QpQuery, QpRef, RecvWr, SendWr},
+        res::ResDetails,
         srq::{Srq, SrqAttr, SrqInitAttr, SrqModify},
+        stats::StatDesc,
         udata::UserData,
         verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
     },
@@ -67,6 +69,7 @@ pub enum PortPhysState {
 }
 
 /// Device capability flag: the device supports memory management extensions (FRWR).
+// CAST: Flag bits of the C enums, positive.
 pub const DEVICE_MEM_MGT_EXTENSIONS: u64 =
     bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
 /// Kernel capability flag: `rdma link delete` may unregister the device.
@@ -243,7 +246,9 @@ pub trait Driver: Sized + 'static {
     /// Posts one receive work request.
     fn post_recv(qp: &Qp<Self>, wr: &RecvWr<'_>) -> Result;
 
-    /// Finds a QP by number (for the iWARP connection manager).
+    /// Finds a QP by number (for the iWARP connection manager). The reference must be taken
+    /// while the QP is certainly alive (for example under the lock of a table `destroy_qp` removes
+    /// it from), not after the lookup let go.
     fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<QpRef<Self>>;
 
     /// Creates the data of a DMA MR (all of kernel memory) with `access` (`IB_ACCESS_*`).
@@ -306,6 +311,22 @@ pub trait Driver: Sized + 'static {
 
     /// Sets up a user context; may write a driver-specific response to `udata`.
     fn alloc_ucontext(_dev: &Device<Self>, _udata: &mut UserData<'_>) -> Result {
+        crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// The port counters, in the order [`Driver::get_hw_stats`] fills them.
+    const HW_STATS: &'static [StatDesc] = &[];
+
+    /// Reads the counters of `port` into `values`, one for each of [`Driver::HW_STATS`]. The
+    /// core serializes the calls for one set of values, and also calls this while it registers
+    /// the device.
+    fn get_hw_stats(_dev: &Device<Self>, _port: u32, _values: &mut [u64]) {
+        crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Adds the driver's details of `qp` to `rdma resource show qp -dd` (process context). An
+    /// error from `details` (the message is full) must be passed on.
+    fn fill_res_qp(_qp: &Qp<Self>, _details: &mut ResDetails<'_>) -> Result {
         crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 }
@@ -429,6 +450,7 @@ impl<T: Driver> Device<T> {
         let raw = NonNull::new(raw)?;
         // Another driver may share the driver id (e.g. the C siw): only our ops identify ours.
         // Addresses are compared: a C driver's callbacks can never share code with ours.
+        // CAST: Function addresses, only compared.
         // SAFETY: `raw` is referenced, so its ops are readable.
         let theirs = unsafe { (*raw.as_ptr()).ops.dealloc_driver }.map_or(0, |f| f as usize);
         let ours_fn: unsafe extern "C" fn(*mut bindings::ib_device) = Adapter::<T>::dealloc_driver;
@@ -610,6 +632,7 @@ impl<T: Driver> Registry<T> {
     ) {
         // SAFETY: The caller guarantees exclusive access to a valid device.
         let ib = unsafe { &mut *raw };
+        // CAST: The node types fit the `u8` field.
         ib.node_type = bindings::RDMA_NODE_RNIC as u8;
         ib.phys_port_cnt = 1;
         ib.num_comp_vectors = info.num_comp_vectors.try_into().unwrap_or(1);
@@ -726,6 +749,13 @@ impl<T: Driver> Adapter<T> {
             ops.size_ib_srq = core::mem::size_of::<Srq<T>>();
         }
         super::iwcm::fill_ops::<T::IwCm>(&mut ops);
+        if T::HAS_FILL_RES_QP {
+            ops.fill_res_qp_entry = Some(Self::fill_res_qp_entry);
+        }
+        if T::HAS_GET_HW_STATS {
+            ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats);
+            ops.get_hw_stats = Some(Self::get_hw_stats);
+        }
         if T::HAS_ALLOC_UCONTEXT {
             ops.alloc_ucontext = Some(Self::alloc_ucontext);
             ops.dealloc_ucontext = Some(Self::dealloc_ucontext);
@@ -746,11 +776,13 @@ impl<T: Driver> Adapter<T> {
         unsafe { Device::from_raw(ibdev) }
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.query_device`: reports the device's attributes (at registration, where the
+    /// core caches them, and for uverbs `EX_QUERY_DEVICE`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibdev` is a live device whose ops are `T`'s; `attr` is valid for writes for the call;
+    /// `udata` is null or valid for the call.
     unsafe extern "C" fn query_device(
         ibdev: *mut bindings::ib_device,
         attr: *mut bindings::ib_device_attr,
@@ -796,18 +828,18 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.query_port`: reports the attributes of port `port` (`ib_query_port`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibdev` is a live device whose ops are `T`'s; `attr` is valid for writes for the call.
     unsafe extern "C" fn query_port(
         ibdev: *mut bindings::ib_device,
         port: u32,
         attr: *mut bindings::ib_port_attr,
     ) -> crate::ffi::c_int {
         from_result(|| {
-            // SAFETY: The core passes a device with our ops and a writable, zeroed `attr`.
+            // SAFETY: The core passes a device with our ops and a writable `attr`.
             let (dev, out) = unsafe { (Self::dev(ibdev), &mut *attr) };
             let a = T::query_port(dev, port)?;
             out.state = match a.state {
@@ -815,6 +847,7 @@ impl<T: Driver> Adapter<T> {
                 PortState::Init => bindings::ib_port_state_IB_PORT_INIT,
                 PortState::Active => bindings::ib_port_state_IB_PORT_ACTIVE,
             };
+            // CAST: The physical states fit the `u8` field.
             out.phys_state = match a.phys_state {
                 PortPhysState::Disabled => bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED,
                 PortPhysState::LinkUp => bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP,
@@ -831,11 +864,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.query_gid`: reads GID `index` of `port` (the core fills its GID cache with it
+    /// at registration).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibdev` is a live device whose ops are `T`'s; `gid` is valid for writes for the call.
+    /// `index` need not be in range: it is checked here.
     unsafe extern "C" fn query_gid(
         ibdev: *mut bindings::ib_device,
         port: u32,
@@ -855,11 +890,11 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.get_port_immutable`: reports a port's fixed properties (at registration).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `imm` is valid for writes for the call. `_ibdev` is not used.
     unsafe extern "C" fn get_port_immutable(
         _ibdev: *mut bindings::ib_device,
         port: u32,
@@ -870,16 +905,18 @@ impl<T: Driver> Adapter<T> {
         }
         // SAFETY: `imm` is writable for the call.
         let imm = unsafe { &mut *imm };
+        // CAST: Drivers declare small GID tables.
         imm.gid_tbl_len = T::GID_TABLE_LEN as i32;
         imm.core_cap_flags = bindings::RDMA_CORE_CAP_PROT_IWARP | bindings::RDMA_CORE_CAP_IW_CM;
         0
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.alloc_ucontext`: sets up a user context (uverbs `GET_CONTEXT`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `uctx` is a core-allocated context whose `device` is a live device with `T`'s ops; `udata`
+    /// is null or valid for the call.
     unsafe extern "C" fn alloc_ucontext(
         uctx: *mut bindings::ib_ucontext,
         udata: *mut bindings::ib_udata,
@@ -894,25 +931,100 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.fill_res_qp_entry`: adds the driver's details of a QP to a netlink resource
+    /// dump (`rdma resource show qp -dd`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibqp` is a QP of this driver whose `create_qp` succeeded and whose `destroy_qp` has not
+    /// started (nldev holds a restrack reference, which `ib_destroy_qp_user` drains first); `msg`
+    /// is the netlink message the core is building, used by nothing else during the call.
+    unsafe extern "C" fn fill_res_qp_entry(
+        msg: *mut bindings::sk_buff,
+        ibqp: *mut bindings::ib_qp,
+    ) -> crate::ffi::c_int {
+        // SAFETY: The core passes a QP of ours that restrack keeps alive during the call.
+        let qp = unsafe { &*ibqp.cast::<Qp<T>>() };
+        // SAFETY: `msg` is the message the core is building for this entry.
+        unsafe { super::res::fill_details(msg, |d| T::fill_res_qp(qp, d)) }
+    }
+
+    /// `ib_device_ops.alloc_hw_port_stats`: allocates the `rdma_hw_stats` for a port's counters,
+    /// named by [`Driver::HW_STATS`] (for sysfs `hw_counters` and the port's counter state).
+    ///
+    /// # Safety
+    ///
+    /// No requirement beyond the C signature: no argument is used. The caller owns the result and
+    /// frees it with `rdma_free_hw_stats_struct`.
+    unsafe extern "C" fn alloc_hw_port_stats(
+        _ibdev: *mut bindings::ib_device,
+        _port: u32,
+    ) -> *mut bindings::rdma_hw_stats {
+        let Ok(n) = i32::try_from(T::HW_STATS.len()) else {
+            return core::ptr::null_mut();
+        };
+        // CAST: A lifespan of some milliseconds fits any `c_ulong`.
+        let lifespan = bindings::RDMA_HW_STATS_DEFAULT_LIFESPAN as crate::ffi::c_ulong;
+        // SAFETY: The descriptors are static, as the core needs them for the device's lifetime;
+        // the core frees the struct (or the function returns null).
+        unsafe { bindings::rdma_alloc_hw_stats_struct(StatDesc::as_raw(T::HW_STATS), n, lifespan) }
+    }
+
+    /// `ib_device_ops.get_hw_stats`: reads port `port`'s counters into `stats->value` and returns
+    /// how many there are (sysfs `hw_counters`, `rdma statistic`).
+    ///
+    /// # Safety
+    ///
+    /// `ibdev` is a live device whose ops are `T`'s; `stats` was returned by this driver's
+    /// `alloc_hw_port_stats` and not freed, and the caller holds `stats->lock` (or, during
+    /// registration, has not published `stats` yet). `_index` is not used.
+    unsafe extern "C" fn get_hw_stats(
+        ibdev: *mut bindings::ib_device,
+        stats: *mut bindings::rdma_hw_stats,
+        port: u32,
+        _index: crate::ffi::c_int,
+    ) -> crate::ffi::c_int {
+        // SAFETY: `stats` came from `alloc_hw_port_stats` above: `num_counters` values follow
+        // it, as many as `T::HW_STATS` names.
+        let n = unsafe { (*stats).num_counters };
+        let len = usize::try_from(n).unwrap_or(0).min(T::HW_STATS.len());
+        // SAFETY: See above; the core holds `stats->lock` around the call (or has not published
+        // `stats` yet), so nothing else reads or writes the values meanwhile.
+        let values = unsafe {
+            core::slice::from_raw_parts_mut(
+                core::ptr::addr_of_mut!((*stats).value).cast::<u64>(),
+                len,
+            )
+        };
+        // SAFETY: The core passes a device with our ops.
+        T::get_hw_stats(unsafe { Self::dev(ibdev) }, port, values);
+        n
+    }
+
+    /// `ib_device_ops.dealloc_ucontext`: tears down a user context; there is nothing to do, as the
+    /// adapter keeps no per-context data.
+    ///
+    /// # Safety
+    ///
+    /// No requirement beyond the C signature: `_uctx` is not used.
     unsafe extern "C" fn dealloc_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
-    /// Callback for the C side.
+    /// `ib_device_ops.disassociate_ucontext`: detaches a user context from a device being
+    /// unregistered; there is nothing to do, as contexts hold no device mappings.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// No requirement beyond the C signature: `_uctx` is not used.
     unsafe extern "C" fn disassociate_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
-    /// Callback for the C side.
+    /// `ib_device_ops.dealloc_driver`: drops the driver's data of a device and removes it from its
+    /// [`Registry`] (`ib_dealloc_device`, before the core frees the device).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibdev` is a device set up by [`Registry::register`] with these ops, so `data` is
+    /// initialised and `registry` valid; this is called once for it, as the last op: no other op of
+    /// the device runs concurrently or afterwards.
     unsafe extern "C" fn dealloc_driver(ibdev: *mut bindings::ib_device) {
         let dev = ibdev.cast::<Device<T>>();
         // SAFETY: This is the last op the core calls; `registry` outlives all its devices.

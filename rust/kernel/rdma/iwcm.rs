@@ -183,6 +183,7 @@ pub struct PrivateData<'a>(&'a [u8]);
 
 impl<'a> PrivateData<'a> {
     /// The largest amount of private data an event can carry (its length is a `u8`).
+    // CAST: Widening.
     pub const MAX_LEN: usize = u8::MAX as usize;
 
     /// No private data.
@@ -734,11 +735,14 @@ impl<C: IwCm> Adapter<C> {
         }
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.iw_connect`: starts an active connection (`iw_cm_connect`, after it took the
+    /// QP's reference and mapped the addresses; no lock held).
     ///
     /// # Safety
     ///
-    /// Only the `iw_cm` calls this, with the pointers its contract for `iw_connect` guarantees.
+    /// `id` is the `iw_cm`'s id for this call, on a live device with `C`'s operations, whose mapped
+    /// addresses are set and not written before the provider's connect reply; `param` is valid for
+    /// the call, with `private_data_len` readable bytes at `private_data` unless that is zero.
     unsafe extern "C" fn connect(
         id: *mut bindings::iw_cm_id,
         param: *mut bindings::iw_cm_conn_param,
@@ -765,11 +769,15 @@ impl<C: IwCm> Adapter<C> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.iw_accept`: accepts the connect request `id` was created for (`iw_cm_accept`,
+    /// after it took the QP's reference; no lock held).
     ///
     /// # Safety
     ///
-    /// Only the `iw_cm` calls this, with the pointers its contract for `iw_accept` guarantees.
+    /// `id` is the `iw_cm`'s id for this call, on a live device with `C`'s operations, created for
+    /// a connect request (its `provider_data` is null or the endpoint that request carried);
+    /// `param` is valid for the call, with `private_data_len` readable bytes at `private_data`
+    /// unless zero.
     unsafe extern "C" fn accept(
         id: *mut bindings::iw_cm_id,
         param: *mut bindings::iw_cm_conn_param,
@@ -786,11 +794,14 @@ impl<C: IwCm> Adapter<C> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.iw_reject`: rejects the connect request `id` was created for (`iw_cm_reject`,
+    /// or `iw_destroy_cm_id` without private data); generates no event.
     ///
     /// # Safety
     ///
-    /// Only the `iw_cm` calls this, with the pointers its contract for `iw_reject` guarantees.
+    /// `id` is the `iw_cm`'s id for this call, on a live device with `C`'s operations, created for
+    /// a connect request (its `provider_data` is null or the endpoint that request carried);
+    /// `pdata` is null or has `pdata_len` readable bytes for the call.
     unsafe extern "C" fn reject(
         id: *mut bindings::iw_cm_id,
         pdata: *const c_void,
@@ -814,12 +825,13 @@ impl<C: IwCm> Adapter<C> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.iw_create_listen`: starts listening on `id`'s mapped local address
+    /// (`iw_cm_listen`; no lock held).
     ///
     /// # Safety
     ///
-    /// Only the `iw_cm` calls this, with the pointers its contract for `iw_create_listen`
-    /// guarantees.
+    /// `id` is the `iw_cm`'s id for this call, on a live device with `C`'s operations, which it has
+    /// just made listening, with its mapped local address set and not written while it listens.
     unsafe extern "C" fn create_listen(id: *mut bindings::iw_cm_id, backlog: c_int) -> c_int {
         from_result(|| {
             let backlog = u32::try_from(backlog).map_err(|_| EINVAL)?;
@@ -849,12 +861,14 @@ impl<C: IwCm> Adapter<C> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.iw_destroy_listen`: stops listening (`iw_destroy_cm_id` on a listening id; no
+    /// lock held).
     ///
     /// # Safety
     ///
-    /// Only the `iw_cm` calls this, with the pointers its contract for `iw_destroy_listen`
-    /// guarantees.
+    /// `id` is the `iw_cm`'s id for this call, on a live device with `C`'s operations, that was
+    /// listening (its `provider_data` is null or the listener `create_listen` stored), and this is
+    /// called at most once for it.
     unsafe extern "C" fn destroy_listen(id: *mut bindings::iw_cm_id) -> c_int {
         from_result(|| {
             // SAFETY: `id` comes from the `iw_cm` for this operation.

@@ -91,11 +91,14 @@ impl<T: LinkHandler> Registration<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `rdma_link_ops.newlink`: creates a device for `rdma link add NAME type TYPE netdev DEV`
+    /// (`nldev_newlink`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibdev_name` is a NUL-terminated string and `ndev` a net device the caller holds a reference
+    /// on, both valid for the call; the caller holds `link_ops_rwsem` for reading, which
+    /// `rdma_link_unregister` takes for writing.
     unsafe extern "C" fn newlink_callback(
         ibdev_name: *const crate::ffi::c_char,
         ndev: *mut bindings::net_device,

@@ -65,19 +65,36 @@ impl<T: Driver> Mr<T> {
         unsafe { Device::from_raw((*self.ib.get()).device) }
     }
 
-    /// The MR's protection domain (as a raw identity, for comparisons).
-    pub fn pd_id(&self) -> usize {
+    /// The MR's protection domain.
+    pub fn pd_id(&self) -> super::verbs::PdId {
         // SAFETY: Kernel MRs never change PD.
-        unsafe { (*self.ib.get()).pd as usize }
+        super::verbs::PdId::of_raw(unsafe { (*self.ib.get()).pd })
     }
 
-    /// The I/O virtual address, length and page size `map_mr_sg` set up.
-    pub fn mapping(&self) -> (u64, u64, u32) {
+    /// The mapping `map_mr_sg` set up.
+    pub fn mapping(&self) -> MrMapping {
         let mr = self.ib.get();
         // SAFETY: These fields are written by `ib_map_mr_sg`, which the consumer serialises
         // with posting the REG_MR that makes them used.
-        unsafe { ((*mr).iova, (*mr).length, (*mr).page_size) }
+        let (iova, length, page_size) = unsafe { ((*mr).iova, (*mr).length, (*mr).page_size) };
+        MrMapping {
+            iova,
+            length,
+            page_size,
+        }
     }
+}
+
+/// Where a fast-registration MR's pages appear: what `ib_map_mr_sg` set up, and an
+/// `IB_WR_REG_MR` makes valid.
+#[derive(Clone, Copy, Debug)]
+pub struct MrMapping {
+    /// The I/O virtual address of the region's first byte.
+    pub iova: u64,
+    /// The region's length in bytes.
+    pub length: u64,
+    /// The size of the pages `map_mr_sg` was given.
+    pub page_size: u32,
 }
 
 /// A range of kernel memory that a consumer registered, which the data path may read and write.
@@ -86,11 +103,13 @@ impl<T: Driver> Mr<T> {
 ///
 /// `addr..addr + len` is kernel memory that stays valid while the registration that produced it
 /// is valid (the RDMA verbs contract: memory stays mapped until the MR is invalidated or
-/// deregistered and the work requests using it have completed).
+/// deregistered and the work requests using it have completed). Unless `spliceable`, the range
+/// is valid only for the access it was made for, and its pages must not be referenced beyond it.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelRange {
     addr: usize,
     len: usize,
+    spliceable: bool,
 }
 
 impl KernelRange {
@@ -105,7 +124,11 @@ impl KernelRange {
         let addr = usize::try_from(dma_addr).map_err(|_| EINVAL)?;
         addr.checked_add(len).ok_or(EINVAL)?;
         // INVARIANT: Guaranteed by the caller.
-        Ok(Self { addr, len })
+        Ok(Self {
+            addr,
+            len,
+            spliceable: true,
+        })
     }
 
     /// Length in bytes.
@@ -127,6 +150,7 @@ impl KernelRange {
         Ok(Self {
             addr: self.addr + off,
             len,
+            spliceable: self.spliceable,
         })
     }
 
@@ -145,6 +169,7 @@ impl KernelRange {
         Some(Self {
             addr: self.addr,
             len: self.len.checked_add(next.len)?,
+            spliceable: self.spliceable && next.spliceable,
         })
     }
 
@@ -168,11 +193,15 @@ impl KernelRange {
     }
 
     /// Appends the range to `batch` by reference (its pages, not a copy), if they can be
-    /// spliced; returns `false`, adding nothing, if not (e.g. slab memory).
+    /// spliced; returns `false`, adding nothing, if not (e.g. slab memory, or pages a peer
+    /// named: [`AllMemory::peer_range`]).
     ///
     /// TCP reads the pages after this returns: send the batch with a
     /// [`crate::ksock::ZcToken`] and end the operation only once it is released.
     pub fn push_by_reference(&self, batch: &mut crate::ksock::PageBatch) -> Result<bool> {
+        if !self.spliceable {
+            return Ok(false);
+        }
         // SAFETY: By the type invariant the range is valid kernel memory for this call.
         unsafe { batch.push_kernel_memory(self.addr, self.len) }
     }
@@ -203,30 +232,115 @@ impl KernelRange {
 /// Proof that a consumer asked for a DMA memory region (`get_dma_mr`): access to all kernel
 /// memory, addressed by DMA address, which for a virtual-DMA device is the kernel virtual
 /// address. With remote rights (a PD's `IB_PD_UNSAFE_GLOBAL_RKEY`) the peer picks those
-/// addresses; the consumer opted into that, but an address outside the kernel's direct map
-/// is still refused rather than dereferenced.
+/// addresses; the consumer opted into that, but an address where no usable memory is, is
+/// still refused rather than dereferenced ([`AllMemory::peer_range`]).
 ///
 /// Only the core's `get_dma_mr` callback creates one. The driver keeps it with the region and
 /// resolves addresses of work requests that use the region's key with [`AllMemory::range`].
 pub struct AllMemory(());
 
+/// What the kernel's memory map says about a page a peer named under a DMA region's rkey,
+/// for the driver to decide whether the peer may reach it ([`AllMemory::peer_range`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PageFacts {
+    /// `PG_reserved`: memory the page allocator never handed out, such as the kernel image
+    /// (text, rodata, data, bss), what firmware keeps, and holes in RAM.
+    pub reserved: bool,
+    /// The shared zero page (a reserved page of the kernel image; reading it is harmless).
+    pub zero: bool,
+}
+
+/// The start of every page that the `len` bytes at `start` touch (none if `len` is zero).
+fn page_starts(start: usize, len: usize) -> Result<impl Iterator<Item = usize>> {
+    let size = crate::page::PAGE_SIZE;
+    let last = start.checked_add(len.saturating_sub(1)).ok_or(EFAULT)?;
+    let pages = if len == 0 { 0 } else { usize::MAX };
+    Ok(((start & !(size - 1))..=(last & !(size - 1)))
+        .step_by(size)
+        .take(pages))
+}
+
+/// What [`AllMemory::peer_range`] may hand to `allow` about the page at `page`, or `None` if
+/// the page is not usable memory: not RAM of the linear map, not mapped present and writable
+/// there, poisoned by a memory error, or offline (ballooned or being unplugged).
+fn linear_map_facts(page: usize) -> Option<PageFacts> {
+    // SAFETY: The helper only compares the address with the kernel's memory layout and
+    // computes its `struct page`; it dereferences nothing.
+    let p = unsafe { bindings::linear_map_page(page) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `page` is a linear-map address (checked above); the helper reads the kernel's
+    // page tables, not the page.
+    if !unsafe { bindings::linear_map_writable(page) } {
+        return None;
+    }
+    // SAFETY: `p` is the `struct page` of a page with a memory map entry (checked above); the
+    // helpers only read its flags and page type.
+    let unusable = unsafe { bindings::PageHWPoison(p) || bindings::PageOffline(p) };
+    if unusable {
+        return None;
+    }
+    // SAFETY: As above.
+    let (reserved, zero) = unsafe { (bindings::PageReserved(p), bindings::is_zero_page(p)) };
+    Some(PageFacts { reserved, zero })
+}
+
 impl AllMemory {
-    /// The `len` bytes at DMA address `addr` of the region, or `EFAULT` if any of its pages is
-    /// not in the kernel's direct map.
+    /// The `len` bytes at DMA address `addr` of the region, for an address a work request of
+    /// the consumer named, or `EFAULT` if any of its pages is not in the kernel's direct map.
     ///
     /// The consumer that created the region hands the device only addresses it mapped with
-    /// `ib_dma_map_*` and keeps them valid until the work requests using them complete; a peer
-    /// using the region's rkey may name any address, which is why it is checked.
+    /// `ib_dma_map_*` and keeps them valid until the work requests using them complete; the
+    /// check catches an address that no DMA mapping can have produced. Costs O(pages).
     pub fn range(&self, addr: u64, len: usize) -> Result<KernelRange> {
-        // SAFETY: The helper only computes with the two numbers and the kernel's memory map;
-        // it dereferences nothing.
-        if !unsafe { bindings::rsiw_direct_map_valid(addr, len) } {
-            return Err(EFAULT);
+        let start = usize::try_from(addr).map_err(|_| EFAULT)?;
+        for page in page_starts(start, len)? {
+            // SAFETY: The helper only compares the address with the kernel's memory layout;
+            // it dereferences nothing.
+            if !unsafe { bindings::virt_addr_valid(page) } {
+                return Err(EFAULT);
+            }
         }
         // SAFETY: Holding `self` shows the consumer registered all kernel memory for this
         // device, and the range lies in the direct map (checked above), where every buffer it
         // mapped lives.
         unsafe { KernelRange::new(addr, len) }
+    }
+
+    /// The `len` bytes at DMA address `addr` of the region, for an address a peer named under
+    /// the region's rkey, or `EFAULT`.
+    ///
+    /// The peer may name any address, so every page must be RAM of the kernel's linear map
+    /// (not the kernel image's own mapping, vmalloc or module space), mapped present and
+    /// writable there now (not taken out of it, like secretmem, nor made read-only, like a
+    /// module's read-only sections through their alias), not poisoned by a memory error nor
+    /// offline, and `allow` (the driver's policy) must accept what [`PageFacts`] says about it.
+    ///
+    /// The range is valid for the access being checked only, and never goes by reference into
+    /// a socket ([`KernelRange::push_by_reference`] declines it): a reference taken on a page
+    /// the peer picked could revive one being freed, to be freed twice. Reads no memory; costs
+    /// O(pages), a page-table walk each: check short pieces, not a whole request at once.
+    pub fn peer_range(
+        &self,
+        addr: u64,
+        len: usize,
+        mut allow: impl FnMut(PageFacts) -> bool,
+    ) -> Result<KernelRange> {
+        let start = usize::try_from(addr).map_err(|_| EFAULT)?;
+        for page in page_starts(start, len)? {
+            if !linear_map_facts(page).is_some_and(&mut allow) {
+                return Err(EFAULT);
+            }
+        }
+        // SAFETY: Holding `self` shows the consumer registered all kernel memory for this
+        // device and let the peer name addresses in it; every page of the range is RAM of the
+        // linear map, mapped present and writable (checked above). The range is used only for
+        // the access it was checked for, and no page reference is taken on it.
+        let mut range = unsafe { KernelRange::new(addr, len)? };
+        // INVARIANT: Valid for this access only, so not to be spliced.
+        range.spliceable = false;
+        Ok(range)
     }
 }
 
@@ -262,25 +376,29 @@ impl<T: Driver> Adapter<T> {
         }
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.get_dma_mr`: creates a PD's internal DMA MR, which covers all kernel memory
+    /// (`ib_alloc_pd`, for the local DMA lkey or `IB_PD_UNSAFE_GLOBAL_RKEY`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibpd` is a PD of this driver whose `alloc_pd` succeeded and whose `dealloc_pd` has not
+    /// started.
     pub(super) unsafe extern "C" fn get_dma_mr(
         ibpd: *mut bindings::ib_pd,
         access: crate::ffi::c_int,
     ) -> *mut bindings::ib_mr {
         // SAFETY: `ibpd` is a live PD of ours.
         let pd = unsafe { &*ibpd.cast::<Pd<T>>() };
+        // CAST: Access flags are positive bits.
         Self::finish_mr(ibpd, T::get_dma_mr(pd, access as u32, AllMemory(())))
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.alloc_mr`: creates an MR for fast registration (`ib_alloc_mr`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibpd` is a PD of this driver whose `alloc_pd` succeeded and whose `dealloc_pd` has not
+    /// started.
     pub(super) unsafe extern "C" fn alloc_mr(
         ibpd: *mut bindings::ib_pd,
         mr_type: bindings::ib_mr_type,
@@ -296,11 +414,13 @@ impl<T: Driver> Adapter<T> {
         Self::finish_mr(ibpd, T::alloc_mr(pd, ty, max_num_sg))
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.reg_user_mr`: registers user memory (uverbs `REG_MR`). The core requires
+    /// the op of every device; this layer has no user memory (`ib_umem`) support yet, so it
+    /// refuses for every driver.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// No requirement beyond the C signature: no argument is used.
     pub(super) unsafe extern "C" fn reg_user_mr(
         _ibpd: *mut bindings::ib_pd,
         _start: u64,
@@ -309,15 +429,16 @@ impl<T: Driver> Adapter<T> {
         _access: crate::ffi::c_int,
         _udata: *mut bindings::ib_udata,
     ) -> *mut bindings::ib_mr {
-        // User memory registration needs the user verbs ABI, which rsiw does not offer yet.
         crate::rdma::eopnotsupp().to_ptr()
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.dereg_mr`: drops an MR's data and frees it (`ib_dereg_mr`, or `ib_dealloc_pd`
+    /// for the PD's internal DMA MR).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibmr` was returned by this driver's `get_dma_mr` or `alloc_mr`, and this is called once for
+    /// it, with no other op on it running or following. `_udata` is not used.
     pub(super) unsafe extern "C" fn dereg_mr(
         ibmr: *mut bindings::ib_mr,
         _udata: *mut bindings::ib_udata,
@@ -330,11 +451,14 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.map_mr_sg`: hands the pages of a DMA-mapped scatterlist to the driver as an
+    /// MR's page list (`ib_map_mr_sg`, which sets `mr->page_size` first).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibmr` is a live MR of this driver, not used concurrently, with `page_size` set; `sg` is a
+    /// scatterlist of `sg_nents` entries mapped for this device, valid for the call; `sg_offset` is
+    /// null or valid for reads and writes.
     pub(super) unsafe extern "C" fn map_mr_sg(
         ibmr: *mut bindings::ib_mr,
         sg: *mut bindings::scatterlist,
@@ -359,7 +483,8 @@ impl<T: Driver> Adapter<T> {
     unsafe extern "C" fn set_page(ibmr: *mut bindings::ib_mr, addr: u64) -> crate::ffi::c_int {
         // SAFETY: Called by `ib_sg_to_pages` for an MR of ours.
         let mr = unsafe { &*ibmr.cast::<Mr<T>>() };
-        let page_size = mr.mapping().2 as usize;
+        // CAST: Widening.
+        let page_size = mr.mapping().page_size as usize;
         // SAFETY: `ib_sg_to_pages` passes the DMA address of a page of the scatterlist the
         // consumer mapped for this device and is registering in `mr`; the driver uses the range
         // only while the registration is valid.

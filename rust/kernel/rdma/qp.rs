@@ -21,9 +21,10 @@ use crate::{
     rdma::udata::UserData,
     types::Opaque,
 };
+use crate::{str::CStr, sync::LockClassKey, time::Jiffies, workqueue::Queue};
 use core::{
     ptr::NonNull,
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
 };
 
 /// A queue pair of driver `T`.
@@ -120,6 +121,20 @@ impl<T: Driver> Qp<T> {
         }
     }
 
+    /// Whether `item` lies within this QP's driver data (and so lives as long as the QP).
+    fn data_contains<U>(&self, item: &U) -> bool {
+        // CAST: Addresses, only compared.
+        let start = core::ptr::from_ref(&self.data) as usize;
+        let at = core::ptr::from_ref(item) as usize;
+        let (Some(end), Some(item_end)) = (
+            start.checked_add(core::mem::size_of::<T::Qp>()),
+            at.checked_add(core::mem::size_of::<U>()),
+        ) else {
+            return false;
+        };
+        at >= start && item_end <= end
+    }
+
     /// Reports an asynchronous event on this QP to its consumer.
     pub fn report_event(&self, event: QpEvent) {
         let qp = self.ib.get();
@@ -198,6 +213,148 @@ impl<T: Driver> Drop for QpRef<T> {
     fn drop(&mut self) {
         self.put();
     }
+}
+
+/// A work item embedded in a QP's driver data.
+///
+/// Queueing it takes a [`QpRef`], which its handler receives: `destroy_qp` waits for queued and
+/// running items, and queueing never allocates, so it cannot fail for want of memory. An item
+/// already queued is not queued twice; one queued while it runs runs once more afterwards (the
+/// workqueue never runs one item on two CPUs at once). It can also be queued to run after a
+/// delay ([`Self::queue_after`]); a pending timer holds its reference like a queued item.
+///
+/// # Invariants
+///
+/// `dwork` was initialised with [`Self::run`] as its function. `qp` is null until the item is
+/// first queued, and then the QP whose driver data contains `self`.
+#[pin_data]
+pub struct QpWork<T: Driver> {
+    #[pin]
+    dwork: Opaque<bindings::delayed_work>,
+    qp: AtomicPtr<Qp<T>>,
+    handler: fn(QpRef<T>),
+}
+
+// SAFETY: The work item is used from any thread; `qp` is atomic and `handler` a plain function.
+unsafe impl<T: Driver> Send for QpWork<T> {}
+// SAFETY: See above.
+unsafe impl<T: Driver> Sync for QpWork<T> {}
+
+/// What [`QpWork::queue`] did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Queued {
+    /// The item was queued.
+    Now,
+    /// The item was queued already, or its timer is pending (it will run after this call).
+    Already,
+    /// The QP is being destroyed: nothing was queued.
+    QpGone,
+}
+
+impl<T: Driver> QpWork<T> {
+    /// A work item that runs `handler`, named `name` for lockdep (see [`crate::new_qp_work`]).
+    pub fn new(
+        handler: fn(QpRef<T>),
+        name: &'static CStr,
+        key: &'static LockClassKey,
+    ) -> impl PinInit<Self> {
+        pin_init!(Self {
+            dwork <- Opaque::ffi_init(|slot| {
+                // SAFETY: `slot` is valid for writes; `run` is the function for this type.
+                unsafe {
+                    bindings::owned_queue_init_delayed_work(
+                        slot,
+                        Some(Self::run),
+                        name.as_char_ptr(),
+                        key.as_ptr(),
+                    )
+                }
+            }),
+            // INVARIANT: Not queued yet.
+            qp: AtomicPtr::new(core::ptr::null_mut()),
+            handler,
+        })
+    }
+
+    /// Queues the item on `queue` to run for `qp`, whose driver data must contain it (else
+    /// nothing is queued and [`Queued::QpGone`] is returned). Any context.
+    pub fn queue(&self, qp: &Qp<T>, queue: &Queue) -> Queued {
+        self.queue_after(qp, queue, 0)
+    }
+
+    /// Like [`Self::queue`], to run once `delay` jiffies have passed. An item queued or
+    /// waiting already keeps its time.
+    pub fn queue_after(&self, qp: &Qp<T>, queue: &Queue, delay: Jiffies) -> Queued {
+        if !qp.data_contains(self) {
+            return Queued::QpGone;
+        }
+        let Some(r) = qp.get_ref() else {
+            return Queued::QpGone;
+        };
+        // INVARIANT: `self` lies in `qp`'s driver data, checked above; every call stores the
+        // same pointer.
+        self.qp
+            .store(core::ptr::from_ref(qp).cast_mut(), Ordering::Release);
+        // CAST: `Queue` is a transparent wrapper of `workqueue_struct`.
+        let wq = core::ptr::from_ref(queue)
+            .cast::<bindings::workqueue_struct>()
+            .cast_mut();
+        // SAFETY: `wq` is a live workqueue (borrowed for the call); `dwork` was initialised for
+        // `run` and lives in the QP's data, which the reference handed over below keeps alive
+        // until `run` is done with it. With no delay the item is queued at once.
+        let queued = unsafe {
+            bindings::queue_delayed_work_on(
+                // CAST: The constant fits the `int` parameter.
+                bindings::wq_misc_consts_WORK_CPU_UNBOUND as _,
+                wq,
+                self.dwork.get(),
+                delay,
+            )
+        };
+        if queued {
+            // The queued item owns the reference now; `run` takes it back.
+            core::mem::forget(r);
+            Queued::Now
+        } else {
+            Queued::Already
+        }
+    }
+
+    /// The work function.
+    ///
+    /// # Safety
+    ///
+    /// Called by the workqueue for a `dwork` initialised in [`Self::new`] and queued by
+    /// [`Self::queue_after`], which handed over a QP reference with it.
+    unsafe extern "C" fn run(work: *mut bindings::work_struct) {
+        // SAFETY: `work` is the `work` field of the `delayed_work` that is the `dwork` field of
+        // a `QpWork<T>` (only `new` sets `run` as the function), alive while its QP is, which
+        // the handed-over reference guarantees.
+        let this = unsafe {
+            let dwork = crate::container_of!(work, bindings::delayed_work, work);
+            &*crate::container_of!(dwork, Self, dwork)
+        };
+        let qp = this.qp.load(Ordering::Acquire);
+        // SAFETY: `queue_after` stored the QP (non-null) before queueing, and the reference it
+        // handed over is taken back here, once per successful queueing.
+        let r = QpRef(unsafe { NonNull::new_unchecked(qp) });
+        // `this` is not touched after the handler, which may drop the last reference.
+        let handler = this.handler;
+        handler(r);
+    }
+}
+
+/// Creates a [`QpWork`] initialiser for `handler` with a new lock class (named after the
+/// source location, or `name`).
+#[macro_export]
+macro_rules! new_qp_work {
+    ($handler:expr $(, $name:literal)?) => {
+        $crate::rdma::qp::QpWork::new(
+            $handler,
+            $crate::optional_name!($($name)?),
+            $crate::static_lock_class!(),
+        )
+    };
 }
 
 /// QP states (`enum ib_qp_state`), with RDMAP's names in the docs (RFC 5040 §6).
@@ -398,6 +555,7 @@ impl<T: Driver> SendWr<'_, T> {
     pub fn copy_inline(&self, dst: &mut [u8]) -> Result<usize> {
         let mut off = 0usize;
         for sge in self.sges {
+            // CAST: Widening.
             let len = sge.length as usize;
             let end = off.checked_add(len).ok_or(EINVAL)?;
             let d = dst.get_mut(off..end).ok_or(EINVAL)?;
@@ -406,6 +564,7 @@ impl<T: Driver> SendWr<'_, T> {
                 // `length` readable bytes, valid during the post call (see above).
                 unsafe {
                     core::ptr::copy_nonoverlapping(
+                        // CAST: Inline data: the consumer's kernel virtual address.
                         sge.addr as usize as *const u8,
                         d.as_mut_ptr(),
                         len,
@@ -452,6 +611,7 @@ impl<T: Driver> Adapter<T> {
         wr: &'a bindings::ib_send_wr,
         dev: *mut bindings::ib_device,
     ) -> Result<SendWr<'a, T>> {
+        // CAST: Send flags are positive bits, as are the C enum's below.
         let flags = wr.send_flags as u32;
         let flags = SendFlags {
             signaled: flags & bindings::ib_send_flags_IB_SEND_SIGNALED as u32 != 0,
@@ -494,6 +654,7 @@ impl<T: Driver> Adapter<T> {
                     // SAFETY: Every MR of a device of driver `T` was allocated as an `Mr<T>`.
                     mr: unsafe { &*r.mr.cast::<Mr<T>>() },
                     key: r.key,
+                    // CAST: Access flags are positive bits.
                     access: r.access as u32,
                 }
             }
@@ -515,11 +676,15 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.create_qp`: validates the request, initialises the driver's data of a new QP
+    /// and reports the capabilities it really has.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibqp` is core-allocated with `size_ib_qp` bytes, not yet visible to anyone else, with
+    /// `device` a live device with `T`'s ops and `pd` a live PD of that device; `init` is valid for
+    /// reads and writes for the call and `init.srq` is null or a live SRQ; `udata` is null or
+    /// valid.
     pub(super) unsafe extern "C" fn create_qp(
         ibqp: *mut bindings::ib_qp,
         init: *mut bindings::ib_qp_init_attr,
@@ -581,11 +746,14 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.destroy_qp`: has the driver tear a QP down, waits until no [`QpRef`] remains,
+    /// then drops the QP's data; the core frees the memory afterwards.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibqp` is a QP whose `create_qp` succeeded, and this is called once for it, with no other op
+    /// on it running or following except `iw_rem_ref` for references the `iw_cm` still holds.
+    /// `_udata` is not used.
     pub(super) unsafe extern "C" fn destroy_qp(
         ibqp: *mut bindings::ib_qp,
         _udata: *mut bindings::ib_udata,
@@ -603,11 +771,13 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.modify_qp`: applies the attributes `mask` selects (`ib_modify_qp`, uverbs,
+    /// the `iw_cm`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibqp` is a QP of this driver whose `create_qp` succeeded and whose `destroy_qp` has not
+    /// started; `attr` is valid for reads for the call; `udata` is null or valid for the call.
     pub(super) unsafe extern "C" fn modify_qp(
         ibqp: *mut bindings::ib_qp,
         attr: *mut bindings::ib_qp_attr,
@@ -619,6 +789,7 @@ impl<T: Driver> Adapter<T> {
             let (qp, attr) = unsafe { (&*ibqp.cast::<Qp<T>>(), &*attr) };
             // SAFETY: `udata` is null or valid for the call.
             let mut udata = unsafe { UserData::from_raw(udata) };
+            // CAST: The attribute mask's bits are positive.
             let mask = mask as u32;
             let has = |bit: u32| mask & bit != 0;
             let m = QpModify {
@@ -633,6 +804,7 @@ impl<T: Driver> Adapter<T> {
                     None
                 },
                 access_flags: has(bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS)
+                    // CAST: Access flags are positive bits.
                     .then_some(attr.qp_access_flags as u32),
                 max_rd_atomic: has(bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC)
                     .then_some(u32::from(attr.max_rd_atomic)),
@@ -645,11 +817,12 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.query_qp`: reports a QP's attributes (`ib_query_qp`, uverbs, nldev).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibqp` is a QP of this driver whose `create_qp` succeeded and whose `destroy_qp` has not
+    /// started; `attr` is valid for writes for the call, `init` null or valid for writes.
     pub(super) unsafe extern "C" fn query_qp(
         ibqp: *mut bindings::ib_qp,
         attr: *mut bindings::ib_qp_attr,
@@ -657,8 +830,9 @@ impl<T: Driver> Adapter<T> {
         init: *mut bindings::ib_qp_init_attr,
     ) -> crate::ffi::c_int {
         from_result(|| {
-            // SAFETY: `ibqp` is a live QP of ours; `attr` and `init` are writable.
-            let (qp, attr, init) = unsafe { (&*ibqp.cast::<Qp<T>>(), &mut *attr, &mut *init) };
+            // SAFETY: `ibqp` is a live QP of ours; `attr` is writable. `init` is null (no caller
+            // in the tree passes that, but `ib_query_qp` does not rule it out) or writable.
+            let (qp, attr, init) = unsafe { (&*ibqp.cast::<Qp<T>>(), &mut *attr, init.as_mut()) };
             let q = T::query_qp(qp)?;
             let cap = bindings::ib_qp_cap {
                 max_send_wr: q.cap.max_send_wr,
@@ -671,9 +845,13 @@ impl<T: Driver> Adapter<T> {
             attr.qp_state = q.state.to_raw();
             attr.cur_qp_state = q.state.to_raw();
             attr.cap = cap;
+            // CAST: Access flags are small positive bits.
             attr.qp_access_flags = q.access_flags as i32;
             attr.max_rd_atomic = q.max_rd_atomic.try_into().unwrap_or(u8::MAX);
             attr.max_dest_rd_atomic = q.max_dest_rd_atomic.try_into().unwrap_or(u8::MAX);
+            let Some(init) = init else {
+                return Ok(0);
+            };
             init.cap = cap;
             init.qp_type = bindings::ib_qp_type_IB_QPT_RC;
             init.sq_sig_type = if q.sig_all {
@@ -693,11 +871,15 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.post_send`: posts a chain of send work requests, stopping at the first that
+    /// fails, which `bad` then names (`ib_post_send`, uverbs `POST_SEND`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibqp` is a QP of this driver whose `create_qp` succeeded and whose `destroy_qp` has not
+    /// started; `wr` is null or heads a chain of send WRs valid for the call, each inside the
+    /// `ib_rdma_wr`/`ib_reg_wr` its opcode calls for, with `num_sge` valid SGEs (addressing kernel
+    /// memory if inline) and any MR it names live; `bad` is null or valid for writes.
     pub(super) unsafe extern "C" fn post_send(
         ibqp: *mut bindings::ib_qp,
         mut wr: *const bindings::ib_send_wr,
@@ -724,11 +906,14 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.post_recv`: posts a chain of receive work requests, stopping at the first
+    /// that fails, which `bad` then names (`ib_post_recv`, uverbs `POST_RECV`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibqp` is a QP of this driver whose `create_qp` succeeded and whose `destroy_qp` has not
+    /// started; `wr` is null or heads a chain of receive WRs valid for the call, each with
+    /// `num_sge` valid SGEs; `bad` is null or valid for writes.
     pub(super) unsafe extern "C" fn post_recv(
         ibqp: *mut bindings::ib_qp,
         mut wr: *const bindings::ib_recv_wr,
@@ -760,11 +945,21 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.iw_get_qp`: finds the QP numbered `qpn` for `iw_cm_connect`/`iw_cm_accept`,
+    /// which call it under the id's spinlock (interrupts off) and then, at once and under the same
+    /// lock, `iw_add_ref` on what it returned.
+    ///
+    /// The reference the `iw_cm` keeps is taken here, while the driver's lookup holds the QP (for
+    /// rsiw: under its QP table's lock); `iw_add_ref` then has nothing to add. Taking it in
+    /// `iw_add_ref` instead, after the lookup let go, could revive a QP whose `destroy_qp` had
+    /// already seen its count reach zero: the QP number comes from the ULP (through `rdma_ucm`,
+    /// from user space), not from an owner that keeps the QP alive.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibdev` is a live device with `T`'s ops. Every non-null return is followed by exactly one
+    /// `iw_add_ref` on it (both `iw_cm` call sites do so), and its reference is dropped with
+    /// `iw_rem_ref`.
     pub(super) unsafe extern "C" fn iw_get_qp(
         ibdev: *mut bindings::ib_device,
         qpn: crate::ffi::c_int,
@@ -774,28 +969,30 @@ impl<T: Driver> Adapter<T> {
         };
         // SAFETY: `ibdev` is a device of ours.
         let dev = unsafe { Device::<T>::from_raw(ibdev) };
-        // The consumer owns the QP and keeps it alive; iw_cm takes its own reference next.
-        T::get_qp(dev, qpn).map_or(core::ptr::null_mut(), |qp| qp.ib.get())
+        T::get_qp(dev, qpn).map_or(core::ptr::null_mut(), |qp| {
+            let raw = qp.ib.get();
+            // The count keeps this reference for the `iw_cm`, until its `iw_rem_ref`.
+            core::mem::forget(qp);
+            raw
+        })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.iw_add_ref`: the `iw_cm`'s reference on the QP `iw_get_qp` just returned,
+    /// which `iw_get_qp` already took (see there).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
-    pub(super) unsafe extern "C" fn iw_add_ref(ibqp: *mut bindings::ib_qp) {
-        // SAFETY: iw_cm only references live QPs of ours (obtained through `iw_get_qp`).
-        let qp = unsafe { &*ibqp.cast::<Qp<T>>() };
-        qp.refs.fetch_add(1, Ordering::Relaxed);
-    }
+    /// No requirement: the QP is not used.
+    pub(super) unsafe extern "C" fn iw_add_ref(_ibqp: *mut bindings::ib_qp) {}
 
-    /// Callback for the C side.
+    /// `ib_device_ops.iw_rem_ref`: drops the reference the `iw_cm` took with `iw_get_qp`.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibqp` is a QP of this driver on which the caller holds a reference from `iw_get_qp`, which
+    /// this call consumes.
     pub(super) unsafe extern "C" fn iw_rem_ref(ibqp: *mut bindings::ib_qp) {
-        // SAFETY: iw_cm drops a reference it took with `iw_add_ref`.
+        // SAFETY: iw_cm drops a reference it took with `iw_get_qp`.
         let qp = unsafe { &*ibqp.cast::<Qp<T>>() };
         qp.put();
     }

@@ -142,11 +142,14 @@ pub struct SrqModify {
 }
 
 impl<T: Driver> Adapter<T> {
-    /// Callback for the C side.
+    /// `ib_device_ops.create_srq`: validates the request, initialises the driver's data of a new
+    /// SRQ and reports the sizes it really has (`ib_create_srq_user`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibsrq` is core-allocated with `size_ib_srq` bytes, not yet visible to anyone else, with
+    /// `device` a live device with `T`'s ops and `pd` a live PD of that device; `init` is valid for
+    /// reads and writes for the call; `udata` is null or valid for the call.
     pub(super) unsafe extern "C" fn create_srq(
         ibsrq: *mut bindings::ib_srq,
         init: *mut bindings::ib_srq_init_attr,
@@ -179,11 +182,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.destroy_srq`: drops the driver's data of an SRQ; the core frees the memory
+    /// afterwards.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibsrq` is an SRQ whose `create_srq` succeeded, and this is called once for it, when no QP
+    /// uses it (the core checks `usecnt`) and no other op on it runs or follows.
     pub(super) unsafe extern "C" fn destroy_srq(
         ibsrq: *mut bindings::ib_srq,
         _udata: *mut bindings::ib_udata,
@@ -199,11 +204,12 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.modify_srq`: resizes an SRQ or arms its limit (`ib_modify_srq`, uverbs).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibsrq` is an SRQ of this driver whose `create_srq` succeeded and whose `destroy_srq` has
+    /// not started; `attr` is valid for reads for the call. `_udata` is not used.
     pub(super) unsafe extern "C" fn modify_srq(
         ibsrq: *mut bindings::ib_srq,
         attr: *mut bindings::ib_srq_attr,
@@ -225,11 +231,12 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.query_srq`: reports an SRQ's attributes (`ib_query_srq`, uverbs).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibsrq` is an SRQ of this driver whose `create_srq` succeeded and whose `destroy_srq` has
+    /// not started; `attr` is valid for writes for the call.
     pub(super) unsafe extern "C" fn query_srq(
         ibsrq: *mut bindings::ib_srq,
         attr: *mut bindings::ib_srq_attr,
@@ -245,11 +252,14 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.post_srq_recv`: posts a chain of receive work requests to an SRQ, stopping at
+    /// the first that fails, which `bad` then names (`ib_post_srq_recv`, uverbs).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibsrq` is an SRQ of this driver whose `create_srq` succeeded and whose `destroy_srq` has
+    /// not started; `wr` is null or heads a chain of receive WRs valid for the call, each with
+    /// `num_sge` valid SGEs; `bad` is null or valid for writes.
     pub(super) unsafe extern "C" fn post_srq_recv(
         ibsrq: *mut bindings::ib_srq,
         mut wr: *const bindings::ib_recv_wr,

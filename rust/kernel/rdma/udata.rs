@@ -48,6 +48,7 @@ impl<'a> UserData<'a> {
         if outlen < resp.len() {
             return Err(EINVAL);
         }
+        // CAST: A user address, as `UserSlice` takes it.
         UserSlice::new(outbuf as usize, resp.len())
             .writer()
             .write_slice(resp)

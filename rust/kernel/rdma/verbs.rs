@@ -43,6 +43,25 @@ impl<T: Driver> Pd<T> {
     pub fn as_raw(&self) -> *mut bindings::ib_pd {
         self.ib.get()
     }
+
+    /// The PD's identity, for checking that two objects share a PD.
+    pub fn id(&self) -> PdId {
+        // CAST: The address is only compared, never turned back into a pointer.
+        PdId(self.ib.get() as usize)
+    }
+}
+
+/// The identity of a protection domain: two are equal exactly when they name the same PD
+/// (its address while it lives; never dereferenced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PdId(usize);
+
+impl PdId {
+    /// The identity of the PD at `pd` (the core's `ib_pd`).
+    pub(crate) fn of_raw(pd: *const bindings::ib_pd) -> Self {
+        // CAST: As in `Pd::id`.
+        PdId(pd as usize)
+    }
 }
 
 /// Attributes of a new completion queue.
@@ -259,6 +278,7 @@ impl WcArray<'_> {
         slot.qp = wc.qp.0;
         if let Some(rkey) = wc.invalidated_rkey {
             slot.ex.invalidate_rkey = rkey;
+            // CAST: The flag is a small positive bit.
             slot.wc_flags |= bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32;
         }
         self.used += 1;
@@ -276,11 +296,13 @@ pub struct NotifyRequest {
 }
 
 impl<T: Driver> Adapter<T> {
-    /// Callback for the C side.
+    /// `ib_device_ops.alloc_pd`: initialises the driver's data of a new protection domain
+    /// (`ib_alloc_pd`, uverbs `ALLOC_PD`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibpd` is core-allocated with `size_ib_pd` bytes, not yet visible to anyone else, and its
+    /// `device` is a live device with `T`'s ops; `udata` is null (kernel) or valid for the call.
     pub(super) unsafe extern "C" fn alloc_pd(
         ibpd: *mut bindings::ib_pd,
         udata: *mut bindings::ib_udata,
@@ -302,11 +324,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.dealloc_pd`: drops the driver's data of a protection domain
+    /// (`ib_dealloc_pd_user`); the core frees the memory afterwards.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibpd` is a PD whose `alloc_pd` succeeded, and this is called once for it, when no QP, SRQ
+    /// or MR of the PD remains and no other op on it runs or follows. `_udata` is not used.
     pub(super) unsafe extern "C" fn dealloc_pd(
         ibpd: *mut bindings::ib_pd,
         _udata: *mut bindings::ib_udata,
@@ -321,11 +345,13 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.create_cq`: initialises the driver's data of a new completion queue.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibcq` is core-allocated with `size_ib_cq` bytes, not yet visible to anyone else, with
+    /// `device` a live device with `T`'s ops and `uobject` set (null for a kernel CQ); `attr` is
+    /// valid for reads for the call. `_attrs` (null for a kernel CQ) is not used.
     pub(super) unsafe extern "C" fn create_cq(
         ibcq: *mut bindings::ib_cq,
         attr: *const bindings::ib_cq_init_attr,
@@ -352,11 +378,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.destroy_cq`: drops the driver's data of a completion queue; the core frees
+    /// the memory afterwards.
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibcq` is a CQ whose `create_cq` succeeded, and this is called once for it, when no QP uses
+    /// it (the core checks `usecnt`) and no other op on it runs or follows. `_udata` is not used.
     pub(super) unsafe extern "C" fn destroy_cq(
         ibcq: *mut bindings::ib_cq,
         _udata: *mut bindings::ib_udata,
@@ -370,11 +398,12 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.poll_cq`: moves up to `num_entries` completions into `wc` (`ib_poll_cq`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibcq` is a CQ of this driver whose `create_cq` succeeded and whose `destroy_cq` has not
+    /// started; `wc` is null or valid for writes of `num_entries` entries for the call.
     pub(super) unsafe extern "C" fn poll_cq(
         ibcq: *mut bindings::ib_cq,
         num_entries: crate::ffi::c_int,
@@ -392,11 +421,12 @@ impl<T: Driver> Adapter<T> {
         out.used as crate::ffi::c_int
     }
 
-    /// Callback for the C side.
+    /// `ib_device_ops.req_notify_cq`: arms a CQ for one completion upcall (`ib_req_notify_cq`).
     ///
     /// # Safety
     ///
-    /// Only the C core calls this, with the pointers its contract for this callback guarantees.
+    /// `ibcq` is a CQ of this driver whose `create_cq` succeeded and whose `destroy_cq` has not
+    /// started.
     pub(super) unsafe extern "C" fn req_notify_cq(
         ibcq: *mut bindings::ib_cq,
         flags: bindings::ib_cq_notify_flags,

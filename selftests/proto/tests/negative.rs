@@ -10,7 +10,7 @@ use rsiw_proto::proto::error::{
     DdpTagged, DdpUntagged, Layer, MpaCode, RdmapOperation, RdmapProtection, TermError,
 };
 use rsiw_proto::proto::fpdu::{RxConfig, RxError, RxStream, Segmenter, TxError, TxOp, TxStream};
-use rsiw_proto::proto::rdmap::{TermParseError, Terminate, TERM_MAX_LEN};
+use rsiw_proto::proto::rdmap::{ReadRequest, TermParseError, Terminate, TERM_MAX_LEN};
 use rsiw_proto::soft_crc::SoftCrc32c;
 
 fn untagged(ctrl: u8, rdmap: u8, inv: u32, qn: u32, msn: u32, mo: u32) -> Vec<u8> {
@@ -611,6 +611,54 @@ fn tx_rejects_bad_descriptions() {
     assert!(s.next_fpdu(&mut tx).is_none());
 }
 
+fn read_req(sink_to: u64, size: u32) -> ReadRequest {
+    ReadRequest {
+        sink_stag: 0x00c0_ff01,
+        sink_to,
+        size,
+        src_stag: 0x0000_1100,
+        src_to: 0xffff_8880_0100_0000,
+    }
+}
+
+#[test]
+fn read_request_sink_wrap() {
+    let wrap = TermError::RdmapProtection(RdmapProtection::ToWrap);
+    assert_eq!(triple(wrap), (0, 1, 0x04));
+    assert_eq!(
+        read_req(0xffff_ffff_ffff_ff00, 0x200).check_sink(),
+        Err(wrap)
+    );
+    // The end, exclusive, at 2^64 wraps; one octet below does not.
+    assert_eq!(read_req(u64::MAX - 0x1ff, 0x200).check_sink(), Err(wrap));
+    assert_eq!(read_req(u64::MAX - 0x200, 0x200).check_sink(), Ok(()));
+    assert_eq!(read_req(u64::MAX, 0).check_sink(), Ok(()));
+    assert_eq!(read_req(1, u32::MAX).check_sink(), Ok(()));
+}
+
+/// The Terminate for hostile-peer.sh's read-sink-wrap case, octet for octet: the receiver
+/// parses the Read Request (a valid segment), refuses its sink, and copies both headers.
+#[test]
+fn read_request_sink_wrap_terminate_wire() {
+    let mut rr = untagged(0x41, 0x41, 0, 1, 1, 0);
+    rr.extend_from_slice(&read_req(0xffff_ffff_ffff_ff00, 0x200).encode());
+    let (segs, err) = receive(&mut rx(false, true), &frame(&rr), &[7]);
+    assert_eq!(err, None);
+    let info = &segs[0].info;
+    let e = info.read_request.unwrap().check_sink().unwrap_err();
+    let term = Terminate::for_error(e, Some(&info.offending()));
+    let wire = encode(
+        &mut TxStream::new(false, true),
+        TxOp::Terminate { msn: 1, term },
+        &[],
+        1000,
+    );
+    let mut want = hex("0046 4147 00000000 00000002 00000001 00000000 0104e000 002e");
+    want.extend_from_slice(&rr);
+    want.extend_from_slice(&crc32c::crc32c(&want).to_le_bytes());
+    assert_eq!(wire, want);
+}
+
 #[test]
 fn ddp_header_parse_short() {
     assert!(DdpHdr::parse(&[]).is_err());
@@ -621,6 +669,19 @@ fn ddp_header_parse_short() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// A Read Request passes `check_sink` exactly when its Read Response can be cut into
+    /// segments.
+    #[test]
+    fn read_request_sink_check_matches_segmenter(
+        sink_to in prop_oneof![any::<u64>(), (u64::MAX - u64::from(u32::MAX))..=u64::MAX],
+        size in any::<u32>(),
+    ) {
+        let r = read_req(sink_to, size);
+        let resp = TxOp::ReadResponse { stag: r.sink_stag, to: r.sink_to };
+        let seg = Segmenter::new(resp, size, 1000);
+        prop_assert_eq!(r.check_sink().is_ok(), seg.is_ok());
+    }
 
     /// Arbitrary octets never panic the parser, whatever the options and
     /// chunking; after an error nothing more is delivered.

@@ -11,7 +11,7 @@
 //! The CPU side uses copies ([`DmaBuf::read`], [`DmaBuf::write`]), never references into
 //! device-owned memory.
 
-use super::{eio, Device};
+use super::Device;
 use crate::{
     alloc::{flags::GFP_KERNEL, KVec},
     bindings,
@@ -201,7 +201,7 @@ impl DmaBuf {
         if mapped != n as i32 {
             // Mark the buffer as unmapped so that `drop` only frees the chunks.
             buf.sg = KVec::new();
-            return Err(eio());
+            return Err(crate::error::code::EIO);
         }
         // INVARIANT: every chunk is allocated, described by `sg` and mapped.
         Ok(Arc::new(buf, GFP_KERNEL)?)

@@ -832,6 +832,7 @@ impl Qp {
             bindings::ib_modify_qp(
                 self.as_raw(),
                 &mut attr,
+                // CAST: The mask bit is small and positive.
                 bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
             )
         })?;

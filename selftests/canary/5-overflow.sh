@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Canary: rsiw_canary provokes overflow; the harness must fail this test for it.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+provoke overflow

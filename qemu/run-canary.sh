@@ -6,7 +6,6 @@
 #
 # Prints TAP, the runner's output indented as a subtest. The last line is
 # "canary: N passed, M failed, 0 skipped". See Documentation/rsiw/testing.rst.
-# runtime: 130
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=vm.sh
 . "$(dirname "$0")/vm.sh"

@@ -210,15 +210,8 @@ if ! kdir=$(vm_kernel_dir); then
 	finish
 fi
 
-# Several runs may start in the same second (make check's lanes): each
-# claims a directory of its own.
-mkdir -p results
 run=results/$(date +%Y%m%d-%H%M%S)
-for ((n = 2; ; n++)); do
-	mkdir "$run" 2>/dev/null && break
-	[ -d "$run" ] || { mkdir -p "$run"; break; }
-	run=results/$(date +%Y%m%d-%H%M%S)-$n
-done
+mkdir -p "$run"
 run=$(cd "$run" && pwd)
 ln -sfn "$(basename "$run")" results/latest
 

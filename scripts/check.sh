@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make check: host-side tests, then the kernel build, the style checks
-# (rustfmt, clippy: scripts/style-check.sh), then the harness's canaries, the
-# VM selftests and the two-VM selftests, in VM_LANES lanes at once (below).
-# Ends with one line, "N passed, N failed, N skipped", summed over all.
+# (rustfmt, clippy: scripts/style-check.sh), the VM selftests and the
+# two-VM selftests. Ends with one line, "N passed, N failed, N skipped", summed
+# over all.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
 cd "$RSIW_ROOT" || exit
@@ -39,8 +39,6 @@ took() {
 	phase_t0=$SECONDS
 }
 
-# shellcheck source=../qemu/vm.sh
-. qemu/vm.sh
 scripts/deps.sh || die "installing dependencies failed"
 took "dependencies"
 out=$(mktemp -d)
@@ -75,110 +73,6 @@ selected() {
 	return 1
 }
 
-# The VM runs go in VM_LANES lanes (default 2) that run at the same time.
-# Under TCG a guest keeps this host's two cores about two thirds busy: the
-# rest of the time it waits on timers and on the other end of a connection,
-# so two lanes get through the same tests in well under the time of one.
-# Each lane runs its jobs one after another: lane 0 starts with the
-# canaries, lane 1 with the two-VM tests, and the single-VM tests are spread
-# over the lanes by their measured runtimes ("# runtime: N" in each test's
-# header), longest first, each to the lane with the least work so far; each
-# lane boots one VM for its share. VM_LANES=1 runs everything in one lane:
-# the canaries, the single-VM tests, the two-VM tests.
-VM_LANES=${VM_LANES:-2}
-((VM_LANES >= 1 && VM_LANES <= 4)) || die "VM_LANES must be 1 to 4"
-LANE_JOBS=() LANE_LOAD=() LANE_TESTS=() LANE_VM_LOAD=()
-
-# runtime FILE: the seconds FILE took in a measured run under TCG, from its
-# "# runtime: N" header line; 120 without one.
-runtime() {
-	local t
-	t=$(sed -nE 's/^# runtime: *([0-9]+) *$/\1/p' "$1" | head -n 1)
-	echo "${t:-120}"
-}
-
-# plan_lanes: fill LANE_JOBS (each lane's jobs: canary, pair, vm-LANE),
-# LANE_TESTS (the single-VM tests of vm-LANE, as NAME|NAME...), LANE_LOAD
-# (the seconds each lane is expected to take) and LANE_VM_LOAD (of that, its
-# single-VM tests).
-plan_lanes() {
-	local i t best pair_lane=$((VM_LANES > 1 ? 1 : 0)) sorted
-	for ((i = 0; i < VM_LANES; i++)); do
-		LANE_JOBS[i]="" LANE_LOAD[i]=0 LANE_TESTS[i]="" LANE_VM_LOAD[i]=0
-	done
-	if ((canary)); then
-		LANE_JOBS[0]=canary
-		LANE_LOAD[0]=$(runtime qemu/run-canary.sh)
-	fi
-	if ((pair && VM_LANES > 1)); then
-		LANE_JOBS[pair_lane]+=" pair"
-		for t in selftests/pair/*.sh; do
-			# shellcheck disable=SC2053 # a pattern
-			[[ $(basename "$t" .sh) == ${TESTS:-*} ]] || continue
-			LANE_LOAD[pair_lane]=$((LANE_LOAD[pair_lane] + $(runtime "$t")))
-		done
-	fi
-	sorted=$(for t in "${singles[@]}"; do
-		echo "$( [ -f "selftests/$t.sh" ] && runtime "selftests/$t.sh" || echo 0) $t"
-	done | sort -k1,1nr -k2)
-	while read -r secs t; do
-		[ -n "$t" ] || continue
-		best=0
-		for ((i = 1; i < VM_LANES; i++)); do
-			((LANE_LOAD[i] < LANE_LOAD[best])) && best=$i
-		done
-		LANE_TESTS[best]+="${LANE_TESTS[best]:+|}$t"
-		LANE_LOAD[best]=$((LANE_LOAD[best] + secs))
-		LANE_VM_LOAD[best]=$((LANE_VM_LOAD[best] + secs))
-	done <<<"$sorted"
-	for ((i = 0; i < VM_LANES; i++)); do
-		[ -n "${LANE_TESTS[i]}" ] && LANE_JOBS[i]+=" vm-$i"
-	done
-	if ((pair && VM_LANES == 1)); then
-		LANE_JOBS[0]+=" pair"
-	fi
-	for ((i = 0; i < VM_LANES; i++)); do
-		[ -n "${LANE_JOBS[i]}" ] &&
-			echo "# check: lane $i:${LANE_JOBS[i]}${LANE_TESTS[i]:+ (${LANE_TESTS[i]//|/ })}, about ${LANE_LOAD[i]} s"
-	done
-}
-
-# run_lane LANE: the lane's jobs one after another, each job's output shown
-# whole once it is done (lanes finish jobs in any order). A job may run until
-# the budget is spent, less what the lane's later jobs are expected to take.
-run_lane() {
-	local lane=$1 job t0 later reserve=0
-	local -a jobs
-	read -ra jobs <<<"${LANE_JOBS[lane]}"
-	for ((j = 0; j < ${#jobs[@]}; j++)); do
-		job=${jobs[j]} reserve=30
-		for later in "${jobs[@]:j+1}"; do
-			case $later in
-			vm-*) reserve=$((reserve + LANE_VM_LOAD[lane])) ;;
-			*) reserve=$((reserve + 600)) ;;
-			esac
-		done
-		t0=$SECONDS
-		case $job in
-		canary) VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left "$reserve")} qemu/run-canary.sh ;;
-		pair) VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left "$reserve")} qemu/run-pair-tests.sh ;;
-		vm-*)
-			TESTS="@(${LANE_TESTS[lane]})" VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left "$reserve")} \
-				qemu/run-tests.sh
-			;;
-		esac >"$out/$job" 2>&1
-		flock "$out/.print" cat "$out/$job" - <<<"# check: lane $lane: $job took $((SECONDS - t0)) s"
-	done
-}
-
-run_lanes() {
-	local i
-	for ((i = 0; i < VM_LANES; i++)); do
-		[ -n "${LANE_JOBS[i]}" ] && run_lane "$i" &
-	done
-	wait
-}
-
 if timeout "$(left)" scripts/kernel.sh >/dev/null && timeout "$(left)" scripts/module.sh; then
 	took "kernel and module build"
 	if [ "${TESTS:-*}" = "*" ]; then
@@ -188,30 +82,30 @@ if timeout "$(left)" scripts/kernel.sh >/dev/null && timeout "$(left)" scripts/m
 	fi
 	host_done
 	took "rest of the host tests"
-	pair=0 canary=0 singles=()
+	pair=0 canary=0
 	selected selftests/pair pair && pair=1
 	# shellcheck disable=SC2053 # a pattern
 	[[ canary == ${TESTS:-*} ]] && canary=1
-	for t in selftests/*.sh; do
-		name=$(basename "$t" .sh)
-		case $name in lib | ulp-setup | host-*) continue ;; esac
-		# shellcheck disable=SC2053 # a pattern
-		[[ $name == ${TESTS:-*} ]] && singles+=("$name")
-	done
-	# With nothing selected, run-tests.sh reports the empty selection.
-	((${#singles[@]} || pair || canary)) || singles=("${TESTS:-*}")
-	plan_lanes
-	vm_lock
-	run_lanes
-	took "VM runs (canaries, selftests, two-VM selftests) in $VM_LANES lane(s)"
-	for job in canary vm-0 vm-1 vm-2 vm-3 pair; do
-		[ -f "$out/$job" ] || continue
-		case $job in
-		canary) tally "$out/$job" "harness canaries" ;;
-		pair) tally "$out/$job" "pair selftests" ;;
-		*) tally "$out/$job" "vm selftests ($job)" ;;
-		esac
-	done
+	# The harness's own test first: the canaries of selftests/canary/, in a VM
+	# of their own, must each fail for their fault (TESTS=canary: only this).
+	if ((canary)); then
+		VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left $((pair ? 900 : 30)))} qemu/run-canary.sh 2>&1 | tee "$out/canary"
+		tally "$out/canary" "harness canaries"
+		took "harness canaries"
+	fi
+	# With no single-VM test selected but a pair test or the canaries, not the
+	# single-VM run; with none of them, run-tests.sh reports the empty selection.
+	if selected selftests '@(lib|ulp-setup|host-*)' || ((!pair && !canary)); then
+		VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left $((pair ? 900 : 30)))} qemu/run-tests.sh 2>&1 | tee "$out/vm"
+		tally "$out/vm" "vm selftests"
+		took "vm selftests"
+	fi
+	# The two-VM tests (interop with the C siw): qemu/run-pair-tests.sh.
+	if ((pair)); then
+		VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left 30)} qemu/run-pair-tests.sh 2>&1 | tee "$out/pair"
+		tally "$out/pair" "pair selftests"
+		took "pair selftests"
+	fi
 else
 	host_done
 	echo "not ok - kernel or module build failed" >&2

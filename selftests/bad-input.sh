@@ -11,7 +11,6 @@
 # own contract are skipped: siw returns ENFILE for a name in use, logs none of
 # these, and accepts lo.
 # timeout: 300
-# runtime: 30
 # Helpers are called through tap_check and wait_for:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -26,7 +26,6 @@
 #   lines dropped is logged later;
 # - no splat, no leak once everything is torn down.
 # timeout: 600
-# runtime: 172
 # Helpers are called through tap_check and trap:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

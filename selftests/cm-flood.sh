@@ -12,7 +12,6 @@
 # the end of each, with the flood reset: no QP and no connection left on the
 # port, no leak, no splat.
 # timeout: 1200
-# runtime: 255
 # Functions run through tap_check, tap_wait and flood look unreachable, and
 # the eval'd strings expand when evaluated:
 # shellcheck disable=SC2317,SC2016

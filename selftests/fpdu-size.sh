@@ -12,7 +12,6 @@
 # tx_fpdus_over_mss, tx_fpdu_max). A short 1 MiB WRITE bench with large
 # FPDUs off and on is reported as diagnostics.
 # timeout: 1500
-# runtime: 43
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require rdma

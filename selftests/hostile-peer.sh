@@ -23,7 +23,6 @@
 # allowed Write into a sealed region (the audit sees placement).
 # A run takes about a minute under TCG; the peer runs once, as a coprocess.
 # timeout: 300
-# runtime: 135
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require rdma python3

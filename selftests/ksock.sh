@@ -8,7 +8,6 @@
 # readers still woken by data and FIN. Each of its KTAP lines becomes a check here; insmod must
 # succeed exactly when all passed, and rmmod must leave no splat behind.
 # timeout: 300
-# runtime: 23
 # Helpers are called through tap_check and trap:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -4,7 +4,6 @@
 # derived from the MAC; rdma link delete removes it; the same name and netdev
 # can be used again.
 # timeout: 300
-# runtime: 27
 # Helpers are called through tap_check and wait_for:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

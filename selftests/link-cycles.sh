@@ -20,7 +20,6 @@
 # a loop over the rdma tool forks twice per cycle, and process creation alone
 # moves slab caches by hundreds of objects. link-basic covers the rdma tool.
 # timeout: 900
-# runtime: 87
 # Helpers are called through tap_check and wait_for:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -3,7 +3,6 @@
 # a netdev that is down) and leaves the netdevs alone; loading it again
 # brings back a working driver. The module carries the rdma-link-TYPE alias.
 # timeout: 300
-# runtime: 49
 # Helpers are called through tap_check and wait_for:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

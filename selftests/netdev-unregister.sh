@@ -3,7 +3,6 @@
 # one), also when a user holds it open through an RDMA CM listener; the names
 # can then be used again.
 # timeout: 300
-# runtime: 38
 # Helpers are called through tap_check and wait_for:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -18,7 +18,6 @@
 # copy, 4 GiB of VM memory for the server's tmpfs) takes 15 minutes, too long
 # for make check.
 # timeout: 2700
-# runtime: 302
 # Functions run through tap_check look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -16,7 +16,6 @@
 # buffers through the host PD's global rkey (the device's DMA region with
 # remote rights), and I/O must verify.
 # timeout: 1800
-# runtime: 367
 # Functions run through tap_check look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -3,7 +3,6 @@
 # follows changes within 1 s: ip link set down/up, carrier off/on on a dummy,
 # and the carrier loss a veth sees when its peer goes down.
 # timeout: 300
-# runtime: 46
 # Helpers are called through tap_check and wait_for:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -14,7 +14,6 @@
 # IB_EVENT_QP_LAST_WQE_REACHED). Last, the SRQ server's counters: messages
 # received, none flushed, no SRQ event, no failed connection.
 # timeout: 900
-# runtime: 38
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require rdma ibv_devinfo

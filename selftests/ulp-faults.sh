@@ -21,7 +21,6 @@
 #
 # At the end: nothing left on the device, no splat, no leak.
 # timeout: 1500
-# runtime: 283
 # Functions run through tap_check and wait_for look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -13,7 +13,6 @@
 # still counted. After each removal the device is added again and a new NVMe
 # connection writes and verifies data.
 # timeout: 900
-# runtime: 181
 # Functions run through tap_check and wait_for look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

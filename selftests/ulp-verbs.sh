@@ -14,7 +14,6 @@
 # negotiated ORD, and a QP of max_qp_wr (one deeper refused). Each ULP test
 # is one TAP line.
 # timeout: 1500
-# runtime: 53
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require rdma ibv_devinfo

@@ -12,7 +12,6 @@
 # port. After the rounds: no slab cache that grows every round, no leak, no
 # splat.
 # timeout: 2700
-# runtime: 356
 # Functions run through tap_check and wait_for look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

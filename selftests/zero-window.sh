@@ -15,7 +15,6 @@
 # server stops with Read Responses still queued), and nothing is left: no QP,
 # no socket on the port, no leak, no splat.
 # timeout: 900
-# runtime: 138
 # Functions run through tap_wait look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

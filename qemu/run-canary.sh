@@ -19,6 +19,7 @@ EXPECT=(
 	"2-warn not-ok WARNING: CPU: [0-9]+ PID: [0-9]+ at .*warn\.c:[0-9]+ .*warn_at"
 	"2-warn not-ok kernel taint bits newly set: 9"
 	"3-abba not-ok possible circular locking dependency"
+	"3-abba not-ok -> #[0-9]+ \(rsiw_canary::[ab]\)"
 	"3-abba not-ok lockdep switched itself off"
 	"4-sleep-in-atomic not-ok BUG: sleeping function called from invalid context"
 	"5-overflow not-ok panicked at .*rsiw_canary\.rs"

@@ -302,7 +302,7 @@ vm_tap_diags() {
 # unseen otherwise.
 vm_test_diags() {
 	local -n _diags=$1
-	local dir=$2 test=$3 p=${4:+$4: } rc out splat leak taint locks
+	local dir=$2 test=$3 p=${4:+$4: } rc out splat chain leak taint locks
 	rc=$(cat "$dir/exit")
 	# Older guests wrote the file in place; give a half-written one a moment.
 	[ -n "$rc" ] || { sleep 1; rc=$(cat "$dir/exit"); }
@@ -313,6 +313,8 @@ vm_test_diags() {
 	fi
 	if splat=$(vm_splat_lines "$dir/dmesg.txt"); then
 		_diags+=("${p}kernel splat during the test (full log: $dir/dmesg.txt):" "$(head -n 20 <<<"$splat")")
+		chain=$(vm_lockdep_chain "$dir/dmesg.txt" | head -n 40)
+		[ -z "$chain" ] || _diags+=("${p}lockdep's report, its locks and where they were taken:" "$chain")
 	fi
 	if [ -s "$dir/kmemleak.txt" ]; then
 		leak=$(grep -c '^unreferenced object' "$dir/kmemleak.txt")
@@ -335,6 +337,24 @@ vm_test_diags() {
 	if [ -s "$dir/leftover.txt" ]; then
 		_diags+=("${p}left behind (now removed):" "$(cat "$dir/leftover.txt")")
 	fi
+}
+
+# vm_lockdep_chain FILE: the locks of the first lockdep report in FILE (a
+# kernel log) and where each was taken: the lock wanted and the lock held,
+# then each link of the dependency chain with its first 5 frames past
+# lockdep's own. Its splat lines alone ("possible circular locking
+# dependency", "Call Trace:") do not say which locks; a report seen only
+# in CI must be readable from CI's output.
+vm_lockdep_chain() {
+	sed -E 's/^\[ *[0-9.]+\] ?//; s/^ +//' "$1" | awk '
+		/^WARNING: (possible circular locking|possible recursive locking|inconsistent lock state|possible irq lock inversion)/ { on = 1; print; next }
+		!on { next }
+		/^(stack backtrace:|\*\*\* DEADLOCK \*\*\*)/ { exit }
+		want { print "  " $0; want = 0; next }
+		/is trying to acquire lock:|is already holding lock:/ { print; want = 1; next }
+		/^-> #[0-9]+ / { print; frames = 5; next }
+		frames && /^(lock_acquire|validate_chain|__lock_acquire|check_prev_add|check_noncircular|print_circular_bug|__lock_acquire|lock_release|_raw_spin|__raw_spin|__mutex_lock|mutex_lock_nested|down_|__down|rwsem_|__flush_work|touch_work_lockdep|touch_wq_lockdep)/ { next }
+		frames && /\+0x/ { print "    " $0; frames--; next }'
 }
 
 # vm_boot_diags ARRAY DIR [PREFIX]: append to ARRAY a splat in the boot log

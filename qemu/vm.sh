@@ -353,7 +353,7 @@ vm_lockdep_chain() {
 		want { print "  " $0; want = 0; next }
 		/is trying to acquire lock:|is already holding lock:/ { print; want = 1; next }
 		/^-> #[0-9]+ / { print; frames = 5; next }
-		frames && /^(lock_acquire|validate_chain|__lock_acquire|check_prev_add|check_noncircular|print_circular_bug|__lock_acquire|lock_release|_raw_spin|__raw_spin|__mutex_lock|mutex_lock_nested|down_|__down|rwsem_|__flush_work|touch_work_lockdep|touch_wq_lockdep)/ { next }
+		frames && /^(lock_acquire|validate_chain|__lock_acquire|check_prev_add|check_noncircular|print_circular_bug|lock_release|_raw_spin|__raw_spin|__mutex_lock|mutex_lock_nested|down_|__down|rwsem_|__flush_work|touch_work_lockdep|touch_wq_lockdep)/ { next }
 		frames && /\+0x/ { print "    " $0; frames--; next }'
 }
 

@@ -638,14 +638,15 @@ fn recv_len(r: &RecvEntry) -> Option<u32> {
     mem::sges_len(r.sges.get(..usize::from(r.num_sge).min(MAX_SGE as usize))?)
 }
 
-/// Copies payload octets into one piece of target memory.
-type Copier<'a> = dyn FnMut(&[u8], &mut [u8]) -> Result + 'a;
+/// Copies payload octets into the start of one piece of target memory. The target is the
+/// consumer's: it is written through [`KernelRange::write`], never borrowed as a slice.
+type Copier<'a> = dyn FnMut(&[u8], &KernelRange) -> Result + 'a;
 
 /// Copies the head of `src` into `dst` with `copy` and advances `src` past it.
 fn copy_into(copy: &mut Copier<'_>, src: &mut &[u8], dst: KernelRange) -> Result {
     let n = dst.len().min(src.len());
     let (now, rest) = src.split_at(n);
-    dst.with_slice_mut(|d| copy(now, d))?;
+    copy(now, &dst)?;
     *src = rest;
     Ok(())
 }
@@ -696,8 +697,10 @@ fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<
         Placement::Direct | Placement::Undecided => {
             crate::knobs::count_rx_payload(false, src.len());
             count_rx_payload(qp, src.len(), false);
-            let mut copy = |s: &[u8], d: &mut [u8]| -> Result {
-                stream.copy_payload(s, d, &crc).map_err(|_| EINVAL)
+            // The CRC runs over the wire octets `s`, which only rsiw holds; the copy follows.
+            let mut copy = |s: &[u8], d: &KernelRange| -> Result {
+                stream.consume_payload(s, &crc).map_err(|_| EINVAL)?;
+                d.write(s)
             };
             place_in_target(qp, &cur.target, recv, sink, src, offset, &mut copy)
         }
@@ -715,10 +718,7 @@ fn unbounce(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<(), Fail> {
     let Some(cur) = rx.cur.as_ref().filter(|c| c.placement == Placement::Bounce) else {
         return Ok(());
     };
-    let mut copy = |s: &[u8], d: &mut [u8]| -> Result {
-        d.get_mut(..s.len()).ok_or(EINVAL)?.copy_from_slice(s);
-        Ok(())
-    };
+    let mut copy = |s: &[u8], d: &KernelRange| d.write(s);
     let held = rx.bounce.get(..rx.bounced).unwrap_or(&[]);
     let res = place_in_target(qp, &cur.target, recv, sink, held, 0, &mut copy);
     let offending = Some(cur.info.offending());

@@ -182,16 +182,6 @@ impl KernelRange {
         f(unsafe { core::slice::from_raw_parts(self.addr as *const u8, self.len) })
     }
 
-    /// Calls `f` with the range's bytes, writable.
-    ///
-    /// The consumer granted the range for the device to write (local write access or a remote
-    /// access right checked by the driver) and does not touch it until the operation completes.
-    pub fn with_slice_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        // SAFETY: By the type invariant the range is valid kernel memory of `len` bytes that
-        // the consumer handed to the device.
-        f(unsafe { core::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) })
-    }
-
     /// Appends the range to `batch` by reference (its pages, not a copy), if they can be
     /// spliced; returns `false`, adding nothing, if not (e.g. slab memory, or pages a peer
     /// named: [`AllMemory::peer_range`]).

@@ -4,9 +4,12 @@
 #
 #   guest-runner.sh RESULTS TEST.sh...
 #
-# For each test NAME it writes, in RESULTS/NAME/:
+# For each test NAME it writes, in RESULTS/NAME/ (the test gets the directory
+# as TEST_OUT, for what it leaves to its host part, NAME.host):
 #   started       when the test begins (the host's per-test timeout starts)
 #   output.tap    the test's stdout and stderr
+#   check-times   "SECOND CHECK": the second of the test each check ended in
+#                 (selftests/lib.sh writes it): where the test spent its time
 #   dmesg.txt     the kernel log from the test's start marker on, after a
 #                 kmemleak scan
 #   kmemleak.txt  what that scan reported (empty when nothing leaked)
@@ -23,24 +26,35 @@ set -uo pipefail
 results=$1
 shift
 kmemleak=/sys/kernel/debug/kmemleak
-# kmemleak never reports an object younger than 5 s: wait that long before
-# the scans that close a test, so its late leaks are not blamed on the next.
+# kmemleak never reports an object younger than 5 s: the scan that closes a
+# test starts that long after the test ended, so its late leaks are not blamed
+# on the next.
 KMEMLEAK_MIN_AGE=${KMEMLEAK_MIN_AGE:-5}
 
 kmsg() { echo "rsiw-selftest: $*" >/dev/kmsg; }
 
-kmemleak_scan() { # OUT: scan, save the report, forget it (so it is reported once)
-	# Two scans: the first only notes a new object's checksum; an object is
-	# reported when a later scan finds it unreferenced and unchanged. Once
-	# kmemleak has switched itself off (out of metadata, or an error), it
-	# refuses the scan: that is a failure, not silence.
-	if [ -w "$kmemleak" ] && echo scan 2>/dev/null >"$kmemleak" && echo scan 2>/dev/null >"$kmemleak"; then
-		cat "$kmemleak" >"$1"
-		echo clear >"$kmemleak"
-	else
-		echo "kmemleak is off ($kmemleak refuses a scan): leaks cannot be seen" >"$1"
-		dmesg | grep -m 3 'kmemleak:' >>"$1"
+# kmemleak_scan OUT [SINCE]: scan, wait until KMEMLEAK_MIN_AGE s have passed
+# since SINCE (a $SECONDS value; default now), scan again, save the report and
+# forget it (so it is reported once). Two scans: the first notes each
+# unreferenced object's checksum; the second reports the objects it finds
+# still unreferenced, unchanged and old enough. The wait runs after the first
+# scan, which takes seconds of its own. Once kmemleak has switched itself off
+# (out of metadata, or an error), it refuses the scan: that is a failure, not
+# silence.
+kmemleak_scan() {
+	local wait
+	if [ -w "$kmemleak" ] && echo scan 2>/dev/null >"$kmemleak"; then
+		# $SECONDS counts whole seconds: one more makes the age certain.
+		wait=$((${2:-$SECONDS} + KMEMLEAK_MIN_AGE + 1 - SECONDS))
+		((wait > 0)) && sleep "$wait"
+		if echo scan 2>/dev/null >"$kmemleak"; then
+			cat "$kmemleak" >"$1"
+			echo clear >"$kmemleak"
+			return
+		fi
 	fi
+	echo "kmemleak is off ($kmemleak refuses a scan): leaks cannot be seen" >"$1"
+	dmesg | grep -m 3 'kmemleak:' >>"$1"
 }
 
 # debug_locks: 1 while lockdep checks, 0 once it has switched itself off (after
@@ -85,7 +99,7 @@ if command -v udevadm >/dev/null; then
 fi
 echo 60 >/proc/sys/kernel/hung_task_timeout_secs 2>/dev/null
 # Boot-time leak suspects are not any test's fault.
-kmemleak_scan "$results/boot-kmemleak.txt"
+kmemleak_scan "$results/boot-kmemleak.txt" 0
 dmesg >"$results/boot-dmesg.txt"
 uname -r >"$results/kernel"
 
@@ -103,16 +117,16 @@ for test in "$@"; do
 	sync
 	# In a session of its own (this script leads no process group, so setsid
 	# does not fork): whatever the test started and left running can be found.
-	setsid timeout -k 10 "$(vm_test_timeout "$test")" bash "$test" >"$dir/output.tap" 2>&1 &
+	TEST_OUT=$dir setsid timeout -k 10 "$(vm_test_timeout "$test")" bash "$test" >"$dir/output.tap" 2>&1 &
 	session=$!
 	wait $session
 	rc=$?
 	echo "guest-runner: end $name rc=$rc"
 	kmsg "end $name rc=$rc"
+	test_end=$SECONDS
 	leftovers "$dir/.netdevs" "$dir/leftover.txt" $session
 	rm -f "$dir/.netdevs"
-	sleep "$KMEMLEAK_MIN_AGE"
-	kmemleak_scan "$dir/kmemleak.txt"
+	kmemleak_scan "$dir/kmemleak.txt" "$test_end"
 	dmesg | sed -n "/rsiw-selftest: $marker\$/,\$p" >"$dir/dmesg.txt"
 	echo "$tainted_before $(cat /proc/sys/kernel/tainted)" >"$dir/taint"
 	echo "$locks_before $(debug_locks)" >"$dir/debug_locks"

@@ -28,15 +28,15 @@
 # (where the tests are, default selftests/pair), RSIW_KO and ULP_KO
 # (the modules; copied into the run directory first), the tests' knobs
 # INTEROP_*, NFS_* and NVME_* (passed to both halves), PAIR_VM_CPUS (vCPUs per
-# VM, default 1: two TCG guests share the host), PAIR_VM_MEMORY (default 2G:
-# kmemleak scans it all after each test), VM_BOOT_TIMEOUT (s, default 300),
+# VM, default 1: two TCG guests share the host), PAIR_VM_MEMORY (default 4G,
+# as for one VM: with 2G the tests ran slower), VM_BOOT_TIMEOUT (s, default 300),
 # VM_TEST_SLACK (s a test may overrun its own timeout, default 120),
 # VM_TOTAL_TIMEOUT (s, default: boot + the sum of the tests' timeouts and
 # slacks).
 # See Documentation/rsiw/testing.rst.
 set -uo pipefail
 VM_CPUS=${PAIR_VM_CPUS:-1}
-VM_MEMORY=${PAIR_VM_MEMORY:-2G}
+VM_MEMORY=${PAIR_VM_MEMORY:-4G}
 # shellcheck source-path=SCRIPTDIR source=vm.sh
 . "$(dirname "$0")/vm.sh"
 cd "$RSIW_ROOT" || exit
@@ -90,24 +90,13 @@ half_diags() {
 }
 
 # host_part TEST: run TEST's host part (NAME.host beside NAME.sh, if there
-# is one) on what both halves left, show its TAP as a subtest and add to DIAGS
-# what fails it. Host parts check artifacts with tools too slow under TCG
-# (tshark on captures); they must not touch the host's network or modules.
+# is one) on what both halves left (vm_host_part).
 host_part() {
-	local name dir rc out skip
+	local name
 	name=$(basename "$1" .sh)
 	[ -f "${1%.sh}.host" ] || return 0
-	dir=$run/host/$name
-	mkdir -p "$dir"
-	PAIR_RUN=$run timeout -k 10 300 bash "${1%.sh}.host" >"$dir/output.tap" 2>&1
-	rc=$?
-	out=$dir/output.tap
-	echo "# Subtest: $name (host)"
-	sed 's/^/    /' "$out"
-	vm_tap_diags DIAGS "$out" "$rc" 300 host
-	while IFS= read -r skip; do
-		skipped+=("$name (host): $skip")
-	done < <(vm_skips "$out")
+	mkdir -p "$run/host/$name"
+	vm_host_part DIAGS skipped "${1%.sh}.host" "$run/host/$name/output.tap" "$name (host)" PAIR_RUN="$run"
 }
 
 # judge NUMBER TEST: the verdict of a test both halves finished.

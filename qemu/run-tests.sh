@@ -178,6 +178,9 @@ judge() {
 	while IFS= read -r skip; do
 		skipped+=("$name: $skip")
 	done < <(vm_skips "$dir/output.tap")
+	# The host part, if any, judges what the test left in its directory.
+	[ ! -f "$SELFTESTS_DIR/$name.host" ] ||
+		vm_host_part diags skipped "$SELFTESTS_DIR/$name.host" "$dir/host.tap" "$name (host)" TEST_OUT="$dir"
 	if ((${#diags[@]})); then
 		result not-ok "$n" "$name" "${diags[@]}"
 	else

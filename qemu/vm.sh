@@ -272,6 +272,26 @@ vm_new_taint() {
 	return $found
 }
 
+# vm_host_part ARRAY SKIPS SCRIPT OUT LABEL [VAR=VALUE]...: run a test's host
+# part SCRIPT (NAME.host beside NAME.sh) on the host, in an environment with
+# the VAR=VALUE given, its output in OUT; show that TAP as a subtest headed
+# LABEL, append to the array named ARRAY what fails it and to the array named
+# SKIPS the checks it skipped. Host parts check artifacts with tools too slow
+# under TCG (tshark on captures); they must not touch the host's network or
+# modules.
+vm_host_part() {
+	local -n _hskips=$2
+	local script=$3 out=$4 label=$5 rc skip
+	env "${@:6}" timeout -k 10 300 bash "$script" >"$out" 2>&1
+	rc=$?
+	echo "# Subtest: $label"
+	sed 's/^/    /' "$out"
+	vm_tap_diags "$1" "$out" "$rc" 300 host
+	while IFS= read -r skip; do
+		_hskips+=("$label: $skip")
+	done < <(vm_skips "$out")
+}
+
 # vm_tap_diags ARRAY TAP STATUS TIMEOUT [PREFIX]: append to the array named
 # ARRAY what fails a test that printed TAP and exited with STATUS (124: it
 # ran out of its TIMEOUT s): failed subtests, a bail-out, a missing or unmet

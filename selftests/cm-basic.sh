@@ -3,7 +3,8 @@
 # one end of a veth pair (198.18.0.1), siw on the other end (198.18.0.2),
 # which lives in a network namespace so that the connections really cross the
 # veth (siw makes its sockets in the namespace of the process that drives it).
-# Checks, with the MPA frames captured on the veth and decoded by tshark:
+# Checks, with the MPA frames captured on the veth (decoded by tshark on the
+# host afterwards: cm-basic.host):
 # - an rping client on siw connects to rsiw's test ULP server: MPA rev 2
 #   Request and Reply with CRC and RFC 6581 IRD/ORD; the server rejects it
 #   (rping sends no HELLO), rping sees REJECTED and the server counts it;
@@ -30,7 +31,7 @@
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
-require rdma rping tshark dumpcap ss timeout
+require rdma rping dumpcap ss timeout
 
 # shellcheck source=ulp/ulp.sh
 . "$(dirname "$0")/ulp/ulp.sh"
@@ -275,22 +276,10 @@ tap_check "rsiw back to no RTR" sh -c "echo rtr=none >$mpa"
 
 sleep 2
 stop_bg
-# One line per MPA frame: source, destination port, Request key, Reply key,
-# C, R, Rev, private data length, private data (RFC 6581 enhanced data first).
-tshark -r "$cap" -Y iwarp_mpa -T fields -E separator=, -e ip.src -e tcp.dstport \
-	-e iwarp_mpa.key.req -e iwarp_mpa.key.rep -e iwarp_mpa.crc_flag -e iwarp_mpa.rej_flag \
-	-e iwarp_mpa.rev -e iwarp_mpa.pdlength -e iwarp_mpa.privatedata >"$TEST_TMP/mpa.txt" 2>"$TEST_TMP/tshark.err"
-mpa=$(cat "$TEST_TMP/mpa.txt")
-tap_diag "MPA frames:" "$mpa"
-req=4d504120494420526571204672616d65 rep=4d504120494420526570204672616d65
-y='(1|True)' n='(0|False)'
-# 8 octets of "BADHELLO" after the 4 octets of enhanced data.
-tap_match "rsiw rejects siw's Request: Reply rev 2, R=1, enhanced data + private data" \
-	"^${a//./\\.},[0-9]+,,$rep,$y,$y,2,12,[0-9a-f]{8}42414448454c4c4f$" "$mpa"
-tap_match "rsiw's Request to siw: rev 2, C=1, enhanced data + private data" \
-	"^${a//./\\.},$sport,$req,,$y,$n,2,[0-9]+,[0-9a-f]{8}" "$mpa"
-tap_match "siw accepts: Reply rev 2, C=1, R=0, with enhanced data" \
-	"^${b//./\\.},[0-9]+,,$rep,$y,$n,2,[0-9]+,[0-9a-f]{8}" "$mpa"
+# The host decodes the capture (cm-basic.host): tshark takes seconds there,
+# close to a minute under TCG.
+tap_check "capture kept for the host's check" cp "$cap" "$TEST_OUT/mpa.pcap"
+echo "$a $b $sport" >"$TEST_OUT/mpa.addrs"
 
 # 9. A peer that opens connections as fast as it can, each sending garbage
 # instead of an MPA Request, cannot flood the kernel log: rsiw logs at most 10

@@ -36,15 +36,22 @@ tap_diag() {
 	done
 }
 
+# _tap_next: count a check, and note in TEST_OUT/check-times (when the runner
+# gives a results directory) the second of the test it ended in.
+_tap_next() {
+	_tap_n=$((_tap_n + 1))
+	[ -z "${TEST_OUT:-}" ] || echo "$SECONDS $_tap_n" >>"$TEST_OUT/check-times"
+}
+
 # tap_ok DESC: a passing check.
 tap_ok() {
-	_tap_n=$((_tap_n + 1))
+	_tap_next
 	echo "ok $_tap_n - $*"
 }
 
 # tap_fail DESC [DIAG]...: a failing check, with diagnostics.
 tap_fail() {
-	_tap_n=$((_tap_n + 1))
+	_tap_next
 	_tap_failed=$((_tap_failed + 1))
 	echo "not ok $_tap_n - $1"
 	shift
@@ -54,7 +61,7 @@ tap_fail() {
 
 # tap_skip DESC REASON: a check that does not apply here (counts as passing).
 tap_skip() {
-	_tap_n=$((_tap_n + 1))
+	_tap_next
 	echo "ok $_tap_n - $1 # SKIP $2"
 }
 

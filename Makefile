@@ -2,6 +2,7 @@
 #
 #   make run            boot the VM, bring up rsiw0, NFS over RDMA through it, a summary
 #   make check          every test: host-side Rust, then the VM selftests
+#   make check-full     the same at full sizes (about 2.5 hours; not in CI)
 #   make check TESTS=G  only the VM selftests whose name matches glob G
 #   make pair-check     only the two-VM selftests (interop with the C siw; also in check)
 #   make bench          side-by-side benchmarks (see README.md)
@@ -22,7 +23,7 @@ else
 TESTS ?= *
 export TESTS
 
-.PHONY: all run check bench fuzz module install kernel deps host-check vm-check pair-check clippy fmt clean
+.PHONY: all run check check-full bench fuzz module install kernel deps host-check vm-check pair-check clippy fmt clean
 
 all: module
 
@@ -43,6 +44,9 @@ run: module
 
 check:
 	@scripts/check.sh
+
+check-full:
+	@CHECK_FULL=1 scripts/check.sh
 
 host-check:
 	@selftests/host-check.sh

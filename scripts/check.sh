@@ -26,6 +26,15 @@ tally() { # file with a last line "<what>: N passed, N failed, N skipped"
 # build gets what is left, and each VM run what is left less a reserve for
 # the runs after it (a VM run that overruns reports its remaining tests as
 # failed, not run).
+# make check-full (CHECK_FULL=1): the ULP and unload workloads at full size,
+# each knob the caller did not set, and a budget to match.
+if [ "${CHECK_FULL:-0}" = 1 ]; then
+	export NFS_BIG_MB=${NFS_BIG_MB:-2048} NFS_CHURN_FILES=${NFS_CHURN_FILES:-10000}
+	export NFS_CYCLES=${NFS_CYCLES:-50} NVME_CYCLES=${NVME_CYCLES:-50}
+	export UNLOAD_ROUNDS=${UNLOAD_ROUNDS:-50} FLOOD_NFS_MPA=${FLOOD_NFS_MPA:-300}
+	export FAULT_SECS=${FAULT_SECS:-120}
+	CHECK_BUDGET=${CHECK_BUDGET:-14400}
+fi
 CHECK_BUDGET=${CHECK_BUDGET:-5280}
 left() { # RESERVE: seconds of the budget left, less RESERVE (at least 60)
 	local s=$((CHECK_BUDGET - SECONDS - ${1:-0}))

@@ -4,7 +4,9 @@
 # from a second address, none of which sends an MPA Request, then FLOOD_MPA
 # connections that complete MPA (the ULP accepts them: a QP each) and then
 # stay silent. Twice: against the test ULP's rdma_cm listener, and against
-# knfsd's NFS/RDMA listener (port 20049). Meanwhile a normal connection must
+# knfsd's NFS/RDMA listener (port 20049) with FLOOD_NFS_MPA (default 100)
+# silent connections: knfsd sets each up and tears it down one at a time,
+# about 0.45 s each under TCG. Meanwhile a normal connection must
 # be up within 10 s, twice: an rdma_cm connect with a Write through the test
 # ULP's own client, and an NFS/RDMA mount with a file written and read back.
 # The listener must have refused the idle connections beyond its per-source
@@ -27,6 +29,7 @@ require rdma python3 ss mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:51 ip=198.18.0.1 src=198.18.0.2 ulp_port=20890
 IDLE=${FLOOD_IDLE:-1000}
 MPA=${FLOOD_MPA:-300}
+NFS_MPA=${FLOOD_NFS_MPA:-100}
 FLOOD=$SELFTESTS/hostile/flood.py
 export_dir=$TEST_TMP/export
 # shellcheck disable=SC2034 # used in timed_mount's eval
@@ -148,7 +151,7 @@ tap_check "tmpfs to export on $export_dir" nfs_export_tmpfs "$export_dir" 64M ||
 tap_check "knfsd on rdma port $NFS_RDMA_PORT" nfs_server_start "$export_dir" ||
 	tap_bail "cannot start the NFS server"
 timed_mount "knfsd: before the flood"
-flood "knfsd" "$NFS_RDMA_PORT" timed_mount its-own --any-ulp
+MPA=$NFS_MPA flood "knfsd" "$NFS_RDMA_PORT" timed_mount its-own --any-ulp
 tap_check "stop the NFS server" nfs_server_stop
 tap_check "undo the NFS setup" ulp_cleanup
 check_no_splat "no kernel splat"

@@ -226,7 +226,7 @@ impl Stream {
     fn verify(&self, data: &SkbData<'_>, offset: u64) -> Result {
         let s = &self.stats;
         let mut o = offset;
-        data.for_each_chunk(|chunk| {
+        data.for_each_chunk(|chunk| -> Result {
             s.chunks.fetch_add(1, SeqCst);
             for &b in chunk {
                 if b != pattern(o) && s.first_bad.load(SeqCst) == 0 {

@@ -226,6 +226,24 @@ pub(super) fn rx_work(qp: QpRef<Rsiw>) {
     }
 }
 
+/// Why the walk over a socket buffer stopped before its end.
+enum Stop {
+    /// The current segment waits for more of the stream; what was used stays consumed.
+    Wait,
+    /// The peer's Terminate arrived: the connection closes.
+    PeerTerminated,
+    /// The segment failed: a Terminate goes out, then the connection closes.
+    Fail(Fail),
+    /// The buffer could not be read (the walker's own error): it stays queued.
+    Unreadable,
+}
+
+impl From<Error> for Stop {
+    fn from(_: Error) -> Self {
+        Stop::Unreadable
+    }
+}
+
 /// Data arrived on `qp`'s socket: receive it.
 ///
 /// The QP lock is taken per socket buffer, never across `tcp_read_sock`, which may transmit
@@ -236,8 +254,7 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     if !receiving(&lock(qp)) {
         return;
     }
-    let mut fail = None;
-    let mut close = false;
+    let mut stop = None;
     // Read once: nothing queued is consumed before a `Flow::Wait` ends the read.
     let window = sk.receive_window() as usize;
     let _ = sk.read_sock(|skb| {
@@ -256,28 +273,28 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
                 Ok(Flow::More) => {}
                 Ok(Flow::Wait(n)) => {
                     used += n;
-                    return Err(EAGAIN);
+                    return Err(Stop::Wait);
                 }
-                Ok(Flow::PeerTerminated) => {
-                    close = true;
-                    return Err(EINVAL);
-                }
-                Err(f) => {
-                    fail = Some(f);
-                    return Err(EINVAL);
-                }
+                Ok(Flow::PeerTerminated) => return Err(Stop::PeerTerminated),
+                Err(f) => return Err(Stop::Fail(f)),
             }
             used += chunk.len();
             Ok(())
         });
         match r {
             Ok(()) => Consumed::Continue(skb.len()),
-            Err(_) => Consumed::Stop(used),
+            Err(s) => {
+                stop = Some(s);
+                Consumed::Stop(used)
+            }
         }
     });
-    if let Some(f) = fail {
-        close |= !terminate(qp, &mut lock(qp), f);
-    }
+    let close = match stop {
+        Some(Stop::PeerTerminated) => true,
+        // A Terminate is never answered with one: then the connection closes at once.
+        Some(Stop::Fail(f)) => !terminate(qp, &mut lock(qp), f),
+        Some(Stop::Wait | Stop::Unreadable) | None => false,
+    };
     if close {
         super::link::fatal(qp);
     }
@@ -463,7 +480,7 @@ fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> Decision {
     let mut reg = rx.stream.lookahead_crc();
     let mut trailer = [0u8; CRC_LEN];
     let mut seen = 0usize;
-    let queued = ahead.skb.read_ahead(pos, n, |piece| {
+    let queued = ahead.skb.read_ahead(pos, n, |piece| -> Result {
         let in_body = body.saturating_sub(seen).min(piece.len());
         let (b, t) = piece.split_at(in_body);
         if !b.is_empty() {

@@ -89,10 +89,14 @@ impl<'a> SkbData<'a> {
 
     /// Calls `f` with the bytes as consecutive contiguous pieces (`skb_seq_read`), in order.
     ///
-    /// Stops at the first error `f` returns, and returns it. Fails with `EFAULT` if part of the
-    /// range is not readable by the CPU (device memory). `f` runs in atomic context: page
-    /// fragments are mapped while it looks at them.
-    pub fn for_each_chunk(&self, mut f: impl FnMut(&[u8]) -> Result) -> Result {
+    /// `f` stops the walk by returning an error of its own type `E` (why it stopped, not
+    /// necessarily a failure), which is returned. The walk's own failure converts into `E`:
+    /// `EFAULT` if part of the range is not readable by the CPU (device memory). `f` runs in
+    /// atomic context: page fragments are mapped while it looks at them.
+    pub fn for_each_chunk<E: From<Error>>(
+        &self,
+        mut f: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         self.walk(&mut f)
     }
 
@@ -121,18 +125,19 @@ impl<'a> SkbData<'a> {
     /// pieces, reading on into the buffers queued after this one without consuming anything.
     ///
     /// Returns `Ok(false)`, having called `f` for a prefix only, when fewer bytes are queued yet.
-    /// Stops at the first error `f` returns, and returns it. Like
-    /// [`SkbData::for_each_chunk`], `f` runs in atomic context.
-    pub fn read_ahead(
+    /// As with [`SkbData::for_each_chunk`], `f` stops the walk with an error of its own type,
+    /// the walk's own failures (`EINVAL` for a range or queue it cannot follow) convert into
+    /// it, and `f` runs in atomic context.
+    pub fn read_ahead<E: From<Error>>(
         &self,
         from: usize,
         len: usize,
-        mut f: impl FnMut(&[u8]) -> Result,
-    ) -> Result<bool> {
-        let mut left = u32::try_from(len).map_err(|_| EINVAL)?;
-        let from = u32::try_from(from).map_err(|_| EINVAL)?;
+        mut f: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        let mut left = u32::try_from(len).map_err(|_| E::from(EINVAL))?;
+        let from = u32::try_from(from).map_err(|_| E::from(EINVAL))?;
         if from > self.len {
-            return Err(EINVAL);
+            return Err(EINVAL.into());
         }
         let head = self.queue.as_ptr().cast::<bindings::sk_buff>();
         // Sequence number of the next byte wanted.
@@ -152,7 +157,7 @@ impl<'a> SkbData<'a> {
             // In-order queue: a buffer starting after `seq` would mean a hole.
             // CAST: The signed distance in sequence space, as TCP's `before()` computes it.
             if (off as i32) < 0 {
-                return Err(EINVAL);
+                return Err(EINVAL.into());
             }
             if off < skb_len {
                 let n = (skb_len - off).min(left);
@@ -177,7 +182,7 @@ impl<'a> SkbData<'a> {
         Ok(true)
     }
 
-    fn walk(&self, f: &mut dyn FnMut(&[u8]) -> Result) -> Result {
+    fn walk<E: From<Error>>(&self, f: &mut dyn FnMut(&[u8]) -> Result<(), E>) -> Result<(), E> {
         if self.len == 0 {
             return Ok(());
         }
@@ -199,7 +204,7 @@ impl<'a> SkbData<'a> {
             // SAFETY: `st` was prepared above and `done` bytes have been consumed since.
             let n = unsafe { bindings::skb_seq_read(done, &mut data, &mut st) };
             if n == 0 || data.is_null() {
-                ret = Err(EFAULT);
+                ret = Err(EFAULT.into());
                 break;
             }
             // `skb_seq_read` may return more than is left of the range.

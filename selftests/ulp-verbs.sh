@@ -11,8 +11,8 @@
 # from its attributes (rsiw: 8 SGEs, 1 READ sink SGE, IRD/ORD 128, 32768 work
 # requests; the C siw: 6 SGEs): SEND, receive, WRITE and READ at the SGE
 # limit, one SGE more refused with EINVAL, as many READs at once as the
-# negotiated ORD, and a QP of max_qp_wr (one deeper refused). Each ULP test
-# is one TAP line.
+# negotiated ORD, and a QP of max_qp_wr (one deeper refused). Last, SEND,
+# WRITE and READ over IPv6 to a second server. Each ULP test is one TAP line.
 # timeout: 1500
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -169,6 +169,19 @@ else
 fi
 ulp_run "64 QPs" "$client test=qps qps=64 size=65537 sge=2"
 ulp_run "teardown in flight" "$client test=teardown"
+
+# IPv6: a second server on the netdev's IPv6 address, and SEND, WRITE and READ
+# to it: rdma_cm over IPv6, the device's listener and both ends of each
+# connection on IPv6 sockets.
+ip6=fd00:5253:4957::11 port6=20896
+if tap_check "IPv6: address $ip6 on $nd" ip -6 addr add "$ip6/64" dev "$nd" nodad &&
+	tap_check "IPv6: a second ULP server on [$ip6]:$port6" ulp_ctl "server addr=$ip6 port=$port6"; then
+	for t in send write read; do
+		ulp_run "IPv6: $t" "client addr=$ip6 port=$port6 test=$t size=65537 sge=2"
+	done
+	tap_match "IPv6: the server on $ip6 accepted connections and none failed" \
+		"^server addr=$ip6 port=$port6 accepted=[1-9][0-9]* .*failed=0 " "$(cat $ULP/status 2>&1)"
+fi
 
 out=$(cat $ULP/status 2>&1)
 tap_match "the server accepted connections and none failed" "accepted=[1-9][0-9]* rejected=[1-9][0-9]* .*failed=0 " "$out"

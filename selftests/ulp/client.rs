@@ -9,11 +9,12 @@
 use crate::proto::{status, Kind, Msg, GUARD, HELLO, MSG_LEN, REJECTED, REJECT_ME};
 use crate::region::Region;
 use crate::OWNER;
+use core::net::SocketAddr;
 use kernel::{
     new_condvar, new_mutex,
     prelude::*,
     rdma::consumer::{
-        cm::{CmEvent, CmEventKind, CmHandler, CmId, CmIdRef, ConnParam, SockAddrV4},
+        cm::{CmEvent, CmEventKind, CmHandler, CmId, CmIdRef, ConnParam},
         cq::{Cq, CqWaiter},
         etimedout,
         mem::{Access, DmaBuf, FrMr, Pd},
@@ -234,7 +235,7 @@ pub(crate) enum Connected {
 }
 
 /// A CM id with its address and route resolved to `dst`, and its event handler.
-pub(crate) fn resolved(dst: SockAddrV4) -> TResult<(CmId<ClientCm>, Arc<ClientCm>)> {
+pub(crate) fn resolved(dst: SocketAddr) -> TResult<(CmId<ClientCm>, Arc<ClientCm>)> {
     let cm = ClientCm::new().at("allocating the CM handler")?;
     let id = CmId::new(cm.clone(), OWNER).at("rdma_create_id")?;
     id.resolve_addr(None, dst, 5000).at("rdma_resolve_addr")?;
@@ -246,7 +247,7 @@ pub(crate) fn resolved(dst: SockAddrV4) -> TResult<(CmId<ClientCm>, Arc<ClientCm
 
 impl Conn {
     /// Connects to `dst` with `private_data`.
-    pub(crate) fn open(dst: SockAddrV4, opts: ConnOpts, private_data: &[u8]) -> TResult<Connected> {
+    pub(crate) fn open(dst: SocketAddr, opts: ConnOpts, private_data: &[u8]) -> TResult<Connected> {
         let (mut id, cm) = resolved(dst)?;
         let dev = id
             .device()
@@ -319,7 +320,7 @@ impl Conn {
     }
 
     /// Connects, expecting to be accepted.
-    pub(crate) fn connect(dst: SockAddrV4, opts: ConnOpts) -> TResult<Conn> {
+    pub(crate) fn connect(dst: SocketAddr, opts: ConnOpts) -> TResult<Conn> {
         match Conn::open(dst, opts, HELLO)? {
             Connected::Up(c) => Ok(c),
             Connected::Rejected(..) => Err(fail("the server rejected the connection", 0, 0)),
@@ -740,7 +741,7 @@ fn post_one(
 /// Parameters of a functional test.
 #[derive(Clone, Copy)]
 pub(crate) struct Params {
-    pub(crate) dst: SockAddrV4,
+    pub(crate) dst: SocketAddr,
     pub(crate) size: usize,
     pub(crate) sge: usize,
     pub(crate) signaled: bool,
@@ -1318,7 +1319,7 @@ pub(crate) enum BenchOp {
 
 /// Runs `op` of `size` bytes for `secs` seconds with `depth` operations in flight.
 pub(crate) fn bench(
-    dst: SockAddrV4,
+    dst: SocketAddr,
     op: BenchOp,
     size: usize,
     secs: u32,
@@ -1430,7 +1431,7 @@ pub(crate) fn bench(
 }
 
 /// The device attributes of the RDMA device that routes to `dst`.
-pub(crate) fn device_caps(dst: SockAddrV4) -> TResult<DeviceCaps> {
+pub(crate) fn device_caps(dst: SocketAddr) -> TResult<DeviceCaps> {
     let (id, _cm) = resolved(dst)?;
     let dev = id
         .device()

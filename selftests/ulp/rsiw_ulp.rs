@@ -8,6 +8,7 @@
 //! ```text
 //! echo "server addr=198.18.0.1 port=20886" > /sys/kernel/debug/rsiw_ulp/ctl
 //! echo "server addr=198.18.0.1 port=20887 srq=1" > ctl   # connections share an SRQ
+//! echo "server addr=fd00:5253:4957::11 port=20896" > ctl  # addresses are IPv4 or IPv6
 //! echo "client addr=198.18.0.1 port=20886 test=all" > /sys/kernel/debug/rsiw_ulp/ctl
 //! echo "client addr=198.18.0.1 port=20886 test=write size=65537 sge=6 qps=64 signaled=0" > ctl
 //! echo "client addr=198.18.0.1 port=20886 test=send size=65537 sge=max" > ctl  # device's limit
@@ -30,14 +31,16 @@ mod server;
 mod srq;
 
 use client::{BenchOp, Conn, ConnOpts, Fail, OverOp, Params, SgeArg, TResult, SGE_MAX};
-use core::fmt::Write;
+use core::{
+    fmt::Write,
+    net::{IpAddr, SocketAddr},
+};
 use kernel::{
     c_str,
     debugfs::{Dir, FileHandler},
     new_mutex,
     prelude::*,
     rdma::consumer::{
-        cm::SockAddrV4,
         qp::SendFlags,
         workqueue::{OwnedQueue, QueueFlags},
     },
@@ -204,8 +207,8 @@ impl FileHandler for StatusFile {
             let (st, open) = s.stats();
             let _ = write!(
                 t,
-                "server addr={}.{}.{}.{} port={} accepted={} rejected={} closed={} failed={} open={} tampered={} qp_errors={}",
-                a.addr[0], a.addr[1], a.addr[2], a.addr[3], a.port, st.accepted, st.rejected, st.closed, st.failed, open,
+                "server addr={} port={} accepted={} rejected={} closed={} failed={} open={} tampered={} qp_errors={}",
+                a.ip(), a.port(), st.accepted, st.rejected, st.closed, st.failed, open,
                 st.tampered, st.qp_errors
             );
             if let Some((recvs, flushed, events)) = s.srq_stats() {
@@ -223,7 +226,7 @@ impl FileHandler for StatusFile {
 /// A parsed `ctl` command.
 struct Command<'a> {
     verb: &'a str,
-    addr: Option<SockAddrV4>,
+    addr: Option<SocketAddr>,
     test: &'a str,
     op: &'a str,
     size: Option<usize>,
@@ -239,18 +242,6 @@ struct Command<'a> {
 
 fn parse_num<T: core::str::FromStr>(v: &str) -> Result<T> {
     v.parse().map_err(|_| EINVAL)
-}
-
-fn parse_ipv4(v: &str) -> Result<[u8; 4]> {
-    let mut out = [0u8; 4];
-    let mut parts = v.split('.');
-    for b in out.iter_mut() {
-        *b = parse_num(parts.next().ok_or(EINVAL)?)?;
-    }
-    if parts.next().is_some() {
-        return Err(EINVAL);
-    }
-    Ok(out)
 }
 
 impl<'a> Command<'a> {
@@ -276,7 +267,7 @@ impl<'a> Command<'a> {
         for w in words {
             let (k, v) = w.split_once('=').ok_or(EINVAL)?;
             match k {
-                "addr" => ip = Some(parse_ipv4(v)?),
+                "addr" => ip = Some(parse_num::<IpAddr>(v)?),
                 "port" => port = parse_num(v)?,
                 "test" => c.test = v,
                 "op" => c.op = v,
@@ -299,7 +290,7 @@ impl<'a> Command<'a> {
             // Seed 0 means "zeros" in the protocol.
             c.seed = 1;
         }
-        c.addr = ip.map(|addr| SockAddrV4 { addr, port });
+        c.addr = ip.map(|addr| SocketAddr::new(addr, port));
         Ok(c)
     }
 }
@@ -439,7 +430,7 @@ impl Ulp {
     }
 
     /// Logs the limits of the device that routes to `dst` as a `caps` line.
-    fn caps(&self, dst: SockAddrV4) -> Result {
+    fn caps(&self, dst: SocketAddr) -> Result {
         match client::device_caps(dst) {
             Ok(d) => {
                 self.log(format_args!(
@@ -461,7 +452,7 @@ impl Ulp {
     }
 
     /// Runs the tests a `client` command names; returns whether all passed.
-    fn client(&self, dst: SockAddrV4, c: &Command<'_>) -> Result<bool> {
+    fn client(&self, dst: SocketAddr, c: &Command<'_>) -> Result<bool> {
         let mut ok = true;
         let base = Params {
             dst,
@@ -566,7 +557,7 @@ impl Ulp {
     }
 
     /// Runs a benchmark and logs a `bench` line.
-    fn bench(&self, dst: SockAddrV4, c: &Command<'_>) -> Result {
+    fn bench(&self, dst: SocketAddr, c: &Command<'_>) -> Result {
         let op = match c.op {
             "write" => BenchOp::Write,
             "read" => BenchOp::Read,

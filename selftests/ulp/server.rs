@@ -31,12 +31,15 @@ use crate::proto::{
 };
 use crate::region::Region;
 use crate::OWNER;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::{
+    net::SocketAddr,
+    sync::atomic::{AtomicU64, Ordering},
+};
 use kernel::{
     new_mutex, new_work,
     prelude::*,
     rdma::consumer::{
-        cm::{CmEvent, CmEventKind, CmHandler, CmId, CmIdRef, ConnParam, ConnRequest, SockAddrV4},
+        cm::{CmEvent, CmEventKind, CmHandler, CmId, CmIdRef, ConnParam, ConnRequest},
         cq::{Cq, CqHandler},
         mem::{Access, DmaBuf, FrMr, Pd},
         qp::{QpCaps, RecvWr, SendFlags, SendWr, Sge, Wc, WcOpcode, WcStatus},
@@ -257,12 +260,12 @@ pub(crate) struct Server {
     /// The listener; dropped first so that no new connection arrives during teardown.
     listener: Option<CmId<ServerCm>>,
     shared: Arc<Shared>,
-    addr: SockAddrV4,
+    addr: SocketAddr,
 }
 
 impl Server {
     /// Starts listening on `addr`; with `srq`, connections share a receive queue.
-    pub(crate) fn start(queue: &Arc<OwnedQueue>, addr: SockAddrV4, srq: bool) -> Result<Server> {
+    pub(crate) fn start(queue: &Arc<OwnedQueue>, addr: SocketAddr, srq: bool) -> Result<Server> {
         let shared = Arc::pin_init(
             pin_init!(Shared {
                 queue: queue.clone(),
@@ -285,7 +288,7 @@ impl Server {
     }
 
     /// The address listened on.
-    pub(crate) fn addr(&self) -> SockAddrV4 {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 

@@ -39,6 +39,7 @@ use crate::{
 };
 use core::{
     marker::PhantomData,
+    net::SocketAddr,
     ptr::NonNull,
     sync::atomic::{AtomicBool, AtomicPtr, Ordering},
 };
@@ -46,25 +47,9 @@ use core::{
 /// `IB_CM_REJ_CONSUMER_DEFINED`: the reject reason for ULP rejections (iWARP ignores it).
 const REJ_CONSUMER_DEFINED: u8 = 28;
 
-/// An IPv4 socket address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SockAddrV4 {
-    /// Address bytes in network order (`[198, 18, 0, 1]`).
-    pub addr: [u8; 4],
-    /// Port in host order.
-    pub port: u16,
-}
-
-impl SockAddrV4 {
-    fn to_raw(self) -> bindings::sockaddr_in {
-        // SAFETY: All-zero is a valid `sockaddr_in`.
-        let mut sa: bindings::sockaddr_in = unsafe { core::mem::zeroed() };
-        // CAST: `AF_INET` is 2.
-        sa.sin_family = bindings::AF_INET as u16;
-        sa.sin_port = self.port.to_be();
-        sa.sin_addr.s_addr = u32::from_ne_bytes(self.addr);
-        sa
-    }
+/// A socket address, IPv4 or IPv6, as the CM takes it: a `struct sockaddr_storage`.
+fn raw_addr(addr: &SocketAddr) -> bindings::__kernel_sockaddr_storage {
+    crate::ksock::to_sockaddr_storage(addr)
 }
 
 /// The kind of a CM event (`enum rdma_cm_event_type`).
@@ -472,21 +457,21 @@ impl<H: CmHandler> CmId<H> {
     /// [`CmEventKind::AddrError`] follows.
     pub fn resolve_addr(
         &self,
-        src: Option<SockAddrV4>,
-        dst: SockAddrV4,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
         timeout_ms: u32,
     ) -> Result {
-        let mut s = src.map(SockAddrV4::to_raw);
-        let mut d = dst.to_raw();
+        let mut s = src.as_ref().map(raw_addr);
+        let mut d = raw_addr(&dst);
         let sp = s.as_mut().map_or(core::ptr::null_mut(), |s| {
-            (s as *mut bindings::sockaddr_in).cast()
+            core::ptr::from_mut(s).cast::<bindings::sockaddr>()
         });
         // SAFETY: The id is live; the addresses are valid for the call (the CM copies them).
         to_result(unsafe {
             bindings::rdma_resolve_addr(
                 self.raw.as_ptr(),
                 sp,
-                (&mut d as *mut bindings::sockaddr_in).cast(),
+                core::ptr::from_mut(&mut d).cast(),
                 timeout_ms.try_into()?,
             )
         })
@@ -502,14 +487,11 @@ impl<H: CmHandler> CmId<H> {
     }
 
     /// Binds the id to `addr` (a local address, which selects the device).
-    pub fn bind(&self, addr: SockAddrV4) -> Result {
-        let mut a = addr.to_raw();
+    pub fn bind(&self, addr: SocketAddr) -> Result {
+        let mut a = raw_addr(&addr);
         // SAFETY: The id is live; the address is copied by the CM.
         to_result(unsafe {
-            bindings::rdma_bind_addr(
-                self.raw.as_ptr(),
-                (&mut a as *mut bindings::sockaddr_in).cast(),
-            )
+            bindings::rdma_bind_addr(self.raw.as_ptr(), core::ptr::from_mut(&mut a).cast())
         })
     }
 

@@ -2,7 +2,7 @@
 #
 #   make run            boot the VM, bring up rsiw0, NFS over RDMA through it, a summary
 #   make check          every test: host-side Rust, then the VM selftests
-#   make check-full     the same at full sizes (about 2.5 hours; not in CI)
+#   make check-full     the same at full sizes (about 2 hours; not in CI)
 #   make check TESTS=G  only the VM selftests whose name matches glob G
 #   make pair-check     only the two-VM selftests (interop with the C siw; also in check)
 #   make bench          side-by-side benchmarks (see README.md)

@@ -21,11 +21,6 @@ tally() { # file with a last line "<what>: N passed, N failed, N skipped"
 	skipped=$((skipped + $(sed -E 's/.* ([0-9]+) skipped$/\1/' <<<"$line")))
 }
 
-# A budget for the whole run, CHECK_BUDGET s (default 88 minutes, inside CI's
-# 90-minute limit), so that a hang still ends with the summary line: the
-# build gets what is left, and each VM run what is left less a reserve for
-# the runs after it (a VM run that overruns reports its remaining tests as
-# failed, not run).
 # make check-full (CHECK_FULL=1): the ULP and unload workloads at full size,
 # each knob the caller did not set, and a budget to match.
 if [ "${CHECK_FULL:-0}" = 1 ]; then
@@ -35,6 +30,12 @@ if [ "${CHECK_FULL:-0}" = 1 ]; then
 	export FAULT_SECS=${FAULT_SECS:-120}
 	CHECK_BUDGET=${CHECK_BUDGET:-14400}
 fi
+
+# A budget for the whole run, CHECK_BUDGET s (default 88 minutes, inside CI's
+# 90-minute limit), so that a hang still ends with the summary line: the
+# build gets what is left, and each VM run what is left less a reserve for
+# the runs after it (a VM run that overruns reports its remaining tests as
+# failed, not run).
 CHECK_BUDGET=${CHECK_BUDGET:-5280}
 left() { # RESERVE: seconds of the budget left, less RESERVE (at least 60)
 	local s=$((CHECK_BUDGET - SECONDS - ${1:-0}))

@@ -271,11 +271,11 @@ done
 # listens on IPv6 as well), so that rsiw's active and passive sides both run
 # on IPv6 sockets. rdma res -dd must show the connection's IPv6 addresses.
 ipv6_mount() {
-	local qps vers=4.2
+	local qps vers=4.2 t0
 	tap_check "IPv6: address $ip6 on $nd" ip -6 addr add "$ip6/64" dev "$nd" nodad || return
 	t0=$(date +%s.%N)
 	tap_check "IPv6: NFSv$vers mount -o proto=rdma6 [$ip6]" \
-		nfs_mount "[$ip6]" "$export_dir" "$vers" "$mnt" "$NFS_RDMA_PORT" proto=rdma6 || return
+		nfs_mount "[$ip6]" "$export_dir" "$vers" "$mnt" || return
 	tap_diag "mounted in $(elapsed "$t0") s: $(awk -v d="$mnt" '$2 == d { print $4 }' /proc/mounts)"
 	tap_match "IPv6: mountstats shows xprt rdma" "^rdma$" "$(nfs_mount_xprt "$mnt")"
 	qps=$(timeout 20 rdma res show qp link "$dev/1" -dd 2>&1)

@@ -13,9 +13,9 @@
 # verify, and a file written before the faults reads back unchanged.
 #
 # Memory pressure: a hog takes memory (huge pages, then a process) until the
-# guest has about HOG_AVAIL_MB MiB available and holds it there, while fio writes PRESSURE_MB MiB through
-# the NFS client's page cache (writeback over RPC/RDMA under reclaim) and
-# verifies it, and NVMe fio runs beside it. The kernel must have reclaimed
+# guest has about HOG_AVAIL_MB MiB available and holds it there, while fio
+# writes PRESSURE_MB MiB through the NFS client's page cache (writeback over
+# RPC/RDMA under reclaim) and verifies it, and NVMe fio runs beside it. The kernel must have reclaimed
 # (pgscan in /proc/vmstat grew), the data must verify, and no task may hang
 # (hung_task_timeout_secs=60 is a splat).
 #

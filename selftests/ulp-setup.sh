@@ -247,15 +247,17 @@ _ulp_wait_rpcbind() {
 # ---------------------------------------------------------------- NFS client
 
 # nfs_mount ADDR EXPORT VERS DIR [PORT] [OPTS]: mount the server ADDR's export
-# over RPC/RDMA (proto=rdma, port PORT, default NFS_RDMA_PORT) on DIR, creating
-# DIR. VERS is 3, 4.0, 4.1 or 4.2; NFSv3 mounts EXPORT by path (MOUNT over
-# TCP, no locking), NFSv4 mounts "/" (nfs_server_start exports EXPORT as the v4
-# root). OPTS are more mount options. Unmounted at cleanup.
+# over RPC/RDMA (proto=rdma, or rdma6 for an IPv6 ADDR in brackets; port PORT,
+# default NFS_RDMA_PORT) on DIR, creating DIR. VERS is 3, 4.0, 4.1 or 4.2;
+# NFSv3 mounts EXPORT by path (MOUNT over TCP, no locking), NFSv4 mounts "/"
+# (nfs_server_start exports EXPORT as the v4 root). OPTS are more mount
+# options. Unmounted at cleanup.
 nfs_mount() {
 	local addr=$1 export=$2 vers=$3 dir=$4 port=${5:-$NFS_RDMA_PORT} extra=${6:-} opts path
 	# Loaded here rather than by mount, so that ulp_cleanup unloads them.
 	ulp_modprobe rpcrdma && ulp_modprobe "nfsv${vers%%.*}" || return
-	opts="vers=$vers,proto=rdma,port=$port"
+	# An IPv6 server address comes in brackets: RPC/RDMA over IPv6 is rdma6.
+	opts="vers=$vers,proto=$([[ $addr == \[* ]] && echo rdma6 || echo rdma),port=$port"
 	if [ "$vers" = 3 ]; then
 		opts+=",mountproto=tcp,nolock"
 		path=$export

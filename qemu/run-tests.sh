@@ -79,6 +79,11 @@ check_matcher() {
 		'[    3.100000] list_del corruption, ffff888004a0c3a8->next is LIST_POISON1 (dead000000000100)'
 		'[    3.100000] UBSAN: array-index-out-of-bounds in drivers/infiniband/sw/siw/siw_qp_rx.c:100:5'
 		'[    3.100000] BUG: KASAN: slab-use-after-free in siw_qp_llp_data_ready+0x30/0x60'
+		'[    3.100000] BUG: KFENCE: use-after-free read in rust_helper_canary_use_after_free+0x4c/0x80'
+		'[    3.100000] ODEBUG: free active (active state 0) object: ffff888004a0c3a8 object type: timer_list hint: 0x0'
+		'[    3.100000] ODEBUG: Out of memory. ODEBUG disabled'
+		'[    3.100000] leaked reference.'
+		'[    3.100000] unregister_netdevice: waiting for rsiwd0 to become free. Usage count = 2'
 		'[    3.100000] Call Trace:'
 		'[    3.100000] Kernel panic - not syncing: Fatal exception'
 	)

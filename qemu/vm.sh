@@ -224,7 +224,11 @@ Poison overwritten
 Redzone overwritten
 Object already free
 Freepointer corrupt
-Padding overwritten'
+Padding overwritten
+ODEBUG
+leaked reference
+reference already released
+unregister_netdevice: waiting for'
 
 # vm_splat_lines FILE: print FILE's lines that match a splat pattern (ignoring
 # the selftest runner's own "rsiw-selftest:" markers). Status 0 if any did.

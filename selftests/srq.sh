@@ -23,24 +23,6 @@ require rdma ibv_devinfo
 
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:33 ip=198.18.0.1 port=20886 srqport=20887
 
-# ulp_run DESC COMMAND: write COMMAND to ctl; one TAP line per test the ULP
-# ran (from the result log), its "# " lines as diagnostics, plus one line for
-# the command's own status.
-ulp_run() {
-	local desc=$1 cmd=$2 st out line
-	ulp_ctl clear
-	out=$(ulp_ctl "$cmd")
-	st=$?
-	while IFS= read -r line; do
-		case $line in
-		"ok "*) tap_ok "$desc: ${line#ok * - }" ;;
-		"not ok "*) tap_fail "$desc: ${line#not ok * - }" ;;
-		"# "*) tap_diag "${line#\# }" ;;
-		esac
-	done <"$ULP/result"
-	tap_result "$st" "$desc: '$cmd' exit status" "$out"
-}
-
 # srq_status KEY: the value of KEY in the SRQ server's status line.
 srq_status() {
 	awk -v p="port=$srqport" -v k="$1" '$0 ~ p {

@@ -363,5 +363,4 @@ tap_wait "no PD, CQ, QP, MR or CM id left on $dev (unused pooled CQs stay)" 60 r
 	tap_diag "$(ulp_res_summary "$dev")" "$(timeout 20 rdma res show cq dev "$dev" 2>&1)"
 tap_check "undo the setup: exports, tmpfs, null_blk, nvmet, NFS and NVMe modules" ulp_cleanup
 check_no_splat "no kernel splat"
-check_kmemleak "no leak"
 tap_done

@@ -266,8 +266,9 @@ nfs_case() {
 	tap_diag "before the removal: $(($(nfs_mount_ops "$mnt" WRITE) - base)) WRITEs"
 	removal "$what" link
 	# On a hard mount the writer waits for the server to come back; it must go
-	# with SIGKILL.
-	if wait_for 20 ended "$fio_pid"; then
+	# with SIGKILL. 5 s: it ends by itself only on an I/O error, which comes
+	# at once or never.
+	if wait_for 5 ended "$fio_pid"; then
 		wait "$fio_pid"
 		st=$?
 		out=$(cat "$TEST_TMP/fio")
@@ -275,7 +276,7 @@ nfs_case() {
 		tap_diag "$(grep -iE 'error' <<<"$out" | head -n 3)"
 	else
 		kill -KILL "$fio_pid"
-		if tap_wait "$what: the writer, still waiting after 20 s, exits on SIGKILL" 30 ended "$fio_pid"; then
+		if tap_wait "$what: the writer, still waiting after 5 s, exits on SIGKILL" 30 ended "$fio_pid"; then
 			wait "$fio_pid" 2>/dev/null
 		else
 			tap_diag "$(ps -o pid,stat,wchan:32,cmd -p "$fio_pid")"

@@ -23,24 +23,6 @@ require rdma ibv_devinfo
 
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:11 ip=198.18.0.1 port=20886
 
-# ulp_run DESC COMMAND: write COMMAND to ctl; one TAP line per test the ULP
-# ran (from the result log), plus one for the command's own status.
-ulp_run() {
-	local desc=$1 cmd=$2 st out line
-	ulp_ctl clear
-	out=$(ulp_ctl "$cmd")
-	st=$?
-	while IFS= read -r line; do
-		case $line in
-		"ok "*) tap_ok "$desc: ${line#ok * - }" ;;
-		"not ok "*) tap_fail "$desc: ${line#not ok * - }" ;;
-		bench* | caps*) tap_diag "$line" ;;
-		"# "*) tap_diag "${line#\# }" ;;
-		esac
-	done <"$ULP/result"
-	tap_result "$st" "$desc: '$cmd' exit status" "$out"
-}
-
 ulp_setup $dev $nd $mac $ip $port
 mpa=/sys/kernel/debug/rsiw/mpa
 # Both ends are in this VM: by default (zerocopy=auto) rsiw copies payload to a

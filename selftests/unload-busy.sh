@@ -212,5 +212,4 @@ tap_check "remove the nvmet port" nvmet_port_del 1 "$nqn"
 tap_check "remove the subsystem" nvmet_subsys_del "$nqn"
 tap_check "undo the setup: null_blk, nvmet and nvme modules" ulp_cleanup
 check_no_splat "no kernel splat"
-check_kmemleak "no leak"
 tap_done

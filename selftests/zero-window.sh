@@ -132,5 +132,4 @@ tap_wait "no TCP socket left on port $port" 60 no_port_sockets || tap_diag "$(po
 tap_check "rmmod rsiw_ulp" ulp_unload
 tap_check "undo the NVMe-oF setup" ulp_cleanup
 check_no_splat "no kernel splat"
-check_kmemleak "no leak"
 tap_done

@@ -29,7 +29,7 @@
 
 use crate::{
     crc::KernelCrc32c,
-    device::Rsiw,
+    device::{Rsiw, PORT},
     proto::{
         error::TermError,
         fpdu::{self, SETUP_TERM_FPDU_MAX},
@@ -48,6 +48,7 @@ use kernel::{
         errno, ConnectStatus, Family, IoSlice, IpAddr, ListenerEvents, LockedSock, RecvFlags,
         SendFlags, Shutdown, Sock, SocketAddr, SocketEvents, TcpListener, TcpSocket, TcpState,
     },
+    netns::Namespace,
     new_mutex, new_spinlock_irq,
     owned_queue::{DelayedWork, DelayedWorkItem},
     prelude::*,
@@ -642,7 +643,7 @@ fn fail_active(conn: &Arc<Conn>, a: Active, status: Error, pd: PrivateData<'_>) 
 
 /// The active side's first step: socket, bind, upcalls, non-blocking TCP connect.
 fn start_active(conn: &Arc<Conn>, a: Active) -> Phase {
-    let sock = match TcpSocket::new(Family::of(&a.info.remote))
+    let sock = match new_socket(&conn.dev, Family::of(&a.info.remote))
         .and_then(|s| Ok(Arc::new(s, GFP_KERNEL)?))
     {
         Ok(s) => s,
@@ -1208,6 +1209,17 @@ impl ListenerEvents for ListenEvents {
 /// rsiw's iw_cm operations.
 pub(crate) struct RsiwCm;
 
+/// A TCP socket of `family` in the network namespace of `dev`'s netdev, which may be another
+/// than the caller's: the device listens and connects where its netdev is. The socket does not
+/// hold that namespace; the device goes away with its netdev, and closes its sockets first.
+fn new_socket(dev: &Device<Rsiw>, family: Family) -> Result<TcpSocket> {
+    let ns = dev
+        .netdev(PORT)
+        .and_then(|nd| Namespace::of_netdev(&nd))
+        .ok_or(ENODEV)?;
+    TcpSocket::new(&ns, family)
+}
+
 /// Binds `sock` for `local` on `dev`: a wildcard address binds to the device's netdev.
 fn bind(sock: &TcpSocket, dev: &Device<Rsiw>, local: &SocketAddr, afonly: bool) -> Result {
     sock.set_reuseaddr();
@@ -1215,7 +1227,7 @@ fn bind(sock: &TcpSocket, dev: &Device<Rsiw>, local: &SocketAddr, afonly: bool) 
         sock.set_v6only()?;
     }
     if local.ip().is_unspecified() {
-        if let Some(nd) = dev.netdev(1) {
+        if let Some(nd) = dev.netdev(PORT) {
             sock.bind_to_ifindex(nd.ifindex())?;
         }
     }
@@ -1316,7 +1328,7 @@ impl IwCm for RsiwCm {
         info: &ListenInfo,
         backlog: u32,
     ) -> Result<Arc<Listener>> {
-        let sock = TcpSocket::new(Family::of(&info.local))?;
+        let sock = new_socket(dev, Family::of(&info.local))?;
         bind(&sock, dev, &info.local, info.afonly)?;
         let sock = sock.listen(backlog.max(1))?;
         let mut slots = KVec::new();

@@ -43,7 +43,7 @@ use kernel::{
 const VENDOR_ID: u32 = 0x0072_7369;
 
 /// The only port of an rsiw device.
-const PORT: u32 = 1;
+pub(crate) const PORT: u32 = 1;
 
 /// IB speed and width reported when the netdev cannot tell (`IB_SPEED_SDR`, `IB_WIDTH_1X`).
 const FALLBACK_SPEED_WIDTH: (u16, u8) = (1, 1);

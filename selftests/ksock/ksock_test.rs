@@ -19,6 +19,7 @@ use kernel::{
         PageBatch, PageSlice, RecvFlags, SendAs, SendFlags, Shutdown, SkbData, Sock, SocketAddr,
         SocketEvents, TcpListener, TcpSocket, TcpState, ZcNotify, ZcRegistration,
     },
+    netns::Namespace,
     new_condvar, new_mutex,
     owned_queue::{OwnedQueue, QueueFlags},
     page::{Page, PAGE_SIZE},
@@ -358,7 +359,7 @@ fn attempt(f: impl FnOnce() -> Result) -> Result {
 }
 
 fn listen(addr: SocketAddr, ifindex: Option<i32>) -> Result<TcpListener> {
-    let s = TcpSocket::new(Family::of(&addr))?;
+    let s = TcpSocket::new(Namespace::init(), Family::of(&addr))?;
     s.set_reuseaddr();
     if let SocketAddr::V6(_) = addr {
         s.set_v6only()?;
@@ -512,7 +513,7 @@ fn test_ipv4(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
         _ => return Err(EIO),
     };
 
-    let client = TcpSocket::new(Family::Inet)?;
+    let client = TcpSocket::new(Namespace::init(), Family::Inet)?;
     client.set_nodelay();
     if !t.check(
         "blocking connect to the listener",
@@ -856,7 +857,7 @@ fn test_ipv6(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
         listener.set_callbacks(lh.clone())?;
         let laddr = listener.local_addr()?;
         ensure(laddr.is_ipv6() && laddr.port() != 0)?;
-        let client = TcpSocket::new(Family::Inet6)?;
+        let client = TcpSocket::new(Namespace::init(), Family::Inet6)?;
         client.set_callbacks(ch.clone())?;
         match client.connect_nonblocking(&laddr)? {
             ConnectStatus::Connected => {}
@@ -883,10 +884,10 @@ fn test_ipv6(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
 fn test_errors(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
     // A port that is bound but not listening refuses connections.
     let res = attempt(|| {
-        let bound = TcpSocket::new(Family::Inet)?;
+        let bound = TcpSocket::new(Namespace::init(), Family::Inet)?;
         bound.bind(&SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0))?;
         let addr = bound.local_addr()?;
-        let c = TcpSocket::new(Family::Inet)?;
+        let c = TcpSocket::new(Namespace::init(), Family::Inet)?;
         ensure(c.connect(&addr, Some(5000)) == Err(errno::econnrefused()))
     });
     t.check("connect to a port nobody listens on: ECONNREFUSED", res);
@@ -899,7 +900,7 @@ fn test_errors(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
         let l = listen(wildcard, Some(1))?;
         l.set_callbacks(lh.clone())?;
         let port = l.local_addr()?.port();
-        let c = TcpSocket::new(Family::Inet)?;
+        let c = TcpSocket::new(Namespace::init(), Family::Inet)?;
         c.connect(
             &SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port),
             Some(5000),
@@ -907,7 +908,7 @@ fn test_errors(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
         let _s = accept(w, &l, &lh, 0)?;
         let other = listen(wildcard, Some(1_000_000))?;
         let port = other.local_addr()?.port();
-        let c = TcpSocket::new(Family::Inet)?;
+        let c = TcpSocket::new(Namespace::init(), Family::Inet)?;
         let to = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
         ensure(c.connect(&to, Some(5000)) == Err(errno::econnrefused()))
     });
@@ -918,7 +919,7 @@ fn test_errors(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
     );
 
     let res = attempt(|| {
-        let c = TcpSocket::new(Family::Inet)?;
+        let c = TcpSocket::new(Namespace::init(), Family::Inet)?;
         let r = c.connect(&SocketAddr::new(BLACKHOLE.into(), 9), Some(300));
         if r != Err(errno::etimedout()) {
             pr_info!(
@@ -933,7 +934,7 @@ fn test_errors(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
     t.check("blocking connect with a 300 ms timeout: ETIMEDOUT", res);
 
     let res = attempt(|| {
-        let s = TcpSocket::new(Family::Inet)?;
+        let s = TcpSocket::new(Namespace::init(), Family::Inet)?;
         ensure(s.set_v6only() == Err(EINVAL))?;
         let mut b = [0u8; 4];
         ensure(s.recv(&mut b, RecvFlags::DONTWAIT).is_err())?;
@@ -1040,7 +1041,7 @@ fn test_foreign(t: &mut Ktap, w: &Arc<Waiter>) -> Result {
     );
 
     let laddr = listener.local_addr()?;
-    let client = TcpSocket::new(Family::Inet)?;
+    let client = TcpSocket::new(Namespace::init(), Family::Inet)?;
     client.connect(&laddr, Some(5000))?;
     let server = Arc::new(accept(w, &listener, &lh, 0)?, GFP_KERNEL)?;
 

@@ -84,22 +84,6 @@ stop_bg() {
 }
 trap 'stop_bg; pair_exit; ulp_unload; cleanup' EXIT
 
-# ulp_run DESC COMMAND: write COMMAND to the ULP's ctl; one TAP line per test
-# it ran (from its result log), one for the command's status.
-ulp_run() {
-	local desc=$1 cmd=$2 st out line
-	ulp_ctl clear
-	out=$(ulp_ctl "$cmd")
-	st=$?
-	while IFS= read -r line; do
-		case $line in
-		"ok "*) tap_ok "$desc: ${line#ok * - }" ;;
-		"not ok "*) tap_fail "$desc: ${line#not ok * - }" ;;
-		esac
-	done <"$ULP/result"
-	tap_result "$st" "$desc: '$cmd' exit status" "$out"
-}
-
 # ulp_refused DESC COMMAND: COMMAND's connection must fail (and nothing else).
 ulp_refused() {
 	local desc=$1 cmd=$2 st out

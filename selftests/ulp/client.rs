@@ -11,6 +11,7 @@ use crate::region::Region;
 use crate::OWNER;
 use core::net::SocketAddr;
 use kernel::{
+    netns::Namespace,
     new_condvar, new_mutex,
     prelude::*,
     rdma::consumer::{
@@ -237,7 +238,11 @@ pub(crate) enum Connected {
 /// A CM id with its address and route resolved to `dst`, and its event handler.
 pub(crate) fn resolved(dst: SocketAddr) -> TResult<(CmId<ClientCm>, Arc<ClientCm>)> {
     let cm = ClientCm::new().at("allocating the CM handler")?;
-    let id = CmId::new(cm.clone(), OWNER).at("rdma_create_id")?;
+    // Commands run in the writing process: its namespace is where the test runs.
+    let ns = Namespace::current()
+        .ok_or(ESRCH)
+        .at("the writer's network namespace")?;
+    let id = CmId::new(cm.clone(), OWNER, &ns).at("rdma_create_id")?;
     id.resolve_addr(None, dst, 5000).at("rdma_resolve_addr")?;
     expect_event(&cm, CmEventKind::AddrResolved, "address resolution")?;
     id.resolve_route(5000).at("rdma_resolve_route")?;

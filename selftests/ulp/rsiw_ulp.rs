@@ -20,7 +20,9 @@
 //! ```
 //!
 //! A client command runs in the writing process and returns when its tests are done; the write
-//! fails with `EIO` if any failed. See Documentation/rsiw/testing.rst.
+//! fails with `EIO` if any failed. Servers and clients resolve, listen and connect in the network
+//! namespace of the writing process (`nsenter --net=/run/netns/NAME sh -c 'echo ... > ctl'`).
+//! See Documentation/rsiw/testing.rst.
 
 #![deny(unsafe_code)]
 

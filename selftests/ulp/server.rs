@@ -36,6 +36,7 @@ use core::{
     sync::atomic::{AtomicU64, Ordering},
 };
 use kernel::{
+    netns::Namespace,
     new_mutex, new_work,
     prelude::*,
     rdma::consumer::{
@@ -277,7 +278,9 @@ impl Server {
             GFP_KERNEL,
         )?;
         let h = Arc::new(ServerCm::Listener(shared.clone()), GFP_KERNEL)?;
-        let id = CmId::new(h, OWNER)?;
+        // In the namespace of the process that wrote the command.
+        let ns = Namespace::current().ok_or(ESRCH)?;
+        let id = CmId::new(h, OWNER, &ns)?;
         id.bind(addr)?;
         id.listen(128)?;
         Ok(Server {

@@ -14,9 +14,36 @@ ulp_unload() {
 trap 'ulp_unload; cleanup' EXIT
 
 # ulp_ctl COMMAND: write COMMAND to the ULP's ctl file; its error (if any) is
-# printed on stdout. Status of the write.
+# printed on stdout. Status of the write. The ULP runs a command in the
+# network namespace of the process that writes it: with ULP_NETNS set, the
+# write comes from that namespace (nsenter, not ip netns exec: that one mounts
+# a sysfs of its own, without debugfs).
 ulp_ctl() {
-	printf '%s\n' "$1" 2>&1 >"$ULP/ctl"
+	if [ -n "${ULP_NETNS:-}" ]; then
+		# shellcheck disable=SC2016 # expanded by the inner shell
+		nsenter --net="/run/netns/$ULP_NETNS" sh -c 'printf "%s\n" "$1" 2>&1 >"$2"' ulp_ctl "$1" "$ULP/ctl"
+	else
+		printf '%s\n' "$1" 2>&1 >"$ULP/ctl"
+	fi
+}
+
+# ulp_run DESC COMMAND: write COMMAND to ctl; one TAP line per test the ULP
+# ran (from the result log), bench and caps lines and its "# " lines as
+# diagnostics, plus one line for the command's own status.
+ulp_run() {
+	local desc=$1 cmd=$2 st out line
+	ulp_ctl clear
+	out=$(ulp_ctl "$cmd")
+	st=$?
+	while IFS= read -r line; do
+		case $line in
+		"ok "*) tap_ok "$desc: ${line#ok * - }" ;;
+		"not ok "*) tap_fail "$desc: ${line#not ok * - }" ;;
+		bench* | caps*) tap_diag "$line" ;;
+		"# "*) tap_diag "${line#\# }" ;;
+		esac
+	done <"$ULP/result"
+	tap_result "$st" "$desc: '$cmd' exit status" "$out"
 }
 
 # ulp_setup DEV NETDEV MAC IP PORT: load the driver, make a dummy netdev with

@@ -12,6 +12,7 @@ use crate::{
         to_result,
     },
     ffi::{c_int, c_long, c_uint},
+    netns::Namespace,
     page::{Page, PAGE_SIZE},
     prelude::*,
     sync::Arc,
@@ -277,13 +278,17 @@ unsafe impl Send for TcpSocket {}
 unsafe impl Sync for TcpSocket {}
 
 impl TcpSocket {
-    /// Creates an unconnected TCP socket of `family` (`sock_create_kern` in `init_net`).
-    pub fn new(family: Family) -> Result<Self> {
+    /// Creates an unconnected TCP socket of `family` in namespace `ns` (`sock_create_kern`).
+    ///
+    /// The socket does not keep `ns` from being dismantled, only its memory: whoever makes it
+    /// must close it before the namespace's TCP state goes away, for instance when the netdev
+    /// it serves leaves the namespace.
+    pub fn new(ns: &Namespace, family: Family) -> Result<Self> {
         let mut sock = core::ptr::null_mut();
-        // SAFETY: `init_net` lives forever; `sock` is valid for writes.
+        // SAFETY: `ns` is alive (type invariant of `Namespace`); `sock` is valid for writes.
         to_result(unsafe {
             bindings::sock_create_kern(
-                addr_of_mut!(bindings::init_net),
+                ns.as_raw(),
                 family.as_raw(),
                 // CAST: `SOCK_STREAM` and `IPPROTO_TCP` are small constants.
                 bindings::sock_type_SOCK_STREAM as c_int,

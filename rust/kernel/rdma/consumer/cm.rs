@@ -33,6 +33,7 @@ use crate::{
     alloc::{flags::GFP_KERNEL, KBox},
     bindings,
     error::{from_err_ptr, to_result, Result},
+    netns::Namespace,
     prelude::*,
     str::CStr,
     sync::Arc,
@@ -391,9 +392,9 @@ unsafe impl<H: CmHandler> Send for CmId<H> {}
 unsafe impl<H: CmHandler> Sync for CmId<H> {}
 
 impl<H: CmHandler> CmId<H> {
-    /// Creates an id in the initial network namespace whose events go to `handler`. `owner`
-    /// names the ULP in `rdma resource show`.
-    pub fn new(handler: Arc<H>, owner: &'static CStr) -> Result<Self> {
+    /// Creates an id in network namespace `ns` whose events go to `handler`: it resolves
+    /// addresses and routes there. `owner` names the ULP in `rdma resource show`.
+    pub fn new(handler: Arc<H>, owner: &'static CStr, ns: &Namespace) -> Result<Self> {
         let state = KBox::into_raw(KBox::new(
             IdState {
                 handler,
@@ -402,11 +403,12 @@ impl<H: CmHandler> CmId<H> {
             },
             GFP_KERNEL,
         )?);
-        // SAFETY: `init_net` is the initial namespace; `state` stays valid until the id is
-        // destroyed; `owner` is a static C string.
+        // SAFETY: `ns` is alive (type invariant of `Namespace`), and the id holds its own
+        // reference to it; `state` stays valid until the id is destroyed; `owner` is a static C
+        // string.
         let raw = unsafe {
             bindings::__rdma_create_kernel_id(
-                core::ptr::addr_of_mut!(bindings::init_net),
+                ns.as_raw(),
                 Some(cm_callback::<H>),
                 state.cast(),
                 bindings::rdma_ucm_port_space_RDMA_PS_TCP,

@@ -28,6 +28,8 @@ if [ "${CHECK_FULL:-0}" = 1 ]; then
 	export NFS_CYCLES=${NFS_CYCLES:-50} NVME_CYCLES=${NVME_CYCLES:-50}
 	export UNLOAD_ROUNDS=${UNLOAD_ROUNDS:-50} FLOOD_NFS_MPA=${FLOOD_NFS_MPA:-300}
 	export FAULT_SECS=${FAULT_SECS:-120}
+	export NFS_FAULT_NETEM=${NFS_FAULT_NETEM:-loss 1%;loss 5%;delay 10ms reorder 25%;duplicate 1%;delay 20ms 10ms;corrupt 0.1%}
+	export FAULT_MB=${FAULT_MB:-64}
 	CHECK_BUDGET=${CHECK_BUDGET:-14400}
 fi
 

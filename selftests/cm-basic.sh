@@ -13,12 +13,13 @@
 # - rsiw connects (test ULP client) to an rping server on siw (ESTABLISHED);
 # - a connect between two rsiw endpoints that the server rejects carries the
 #   server's private data back (MPA Reply with R=1);
-# - a TCP client that never sends an MPA Request is dropped after the MPA
-#   timeout;
-# - rsiw's initiator timeouts: a connect to a TCP listener that never sends
-#   an MPA Reply, and a connect whose SYNs go unanswered, each end in
-#   RDMA_CM_EVENT_UNREACHABLE (ETIMEDOUT) after rsiw's 10 s timeout, and
-#   leave no socket, CM id or QP behind;
+# - the timeouts, set to 3 s through the module parameters mpa_timeout_ms
+#   and connect_timeout_ms (a value out of range is refused with EINVAL and
+#   a log line): a TCP client that never sends an MPA Request is dropped
+#   after the MPA timeout; a connect to a TCP listener that never sends an
+#   MPA Reply, and a connect whose SYNs go unanswered, each end in
+#   RDMA_CM_EVENT_UNREACHABLE (ETIMEDOUT) after the timeout, and leave no
+#   socket, CM id or QP behind;
 # - RFC 6581 section 8: an enhanced Reply rsiw cannot comply with (ORD above
 #   its IRD, no RTR type it can send) gets a Terminate 2/0/0x06 or 2/0/0x07
 #   as rsiw's only FPDU, RDMA_CM_EVENT_CONNECT_ERROR (-EPROTO) for the ULP;
@@ -60,15 +61,20 @@ trap 'stop_bg; ulp_unload; inns rdma link delete siw1 2>/dev/null; ip netns del 
 
 tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
 tap_check "load siw" modprobe siw || tap_bail "cannot load siw"
-veth_ns() {
-	ip netns add "$ns" || return
-	ip link add cmv0 address 02:52:53:49:57:30 type veth peer name cmv1 \
-		address 02:52:53:49:57:31 netns "$ns" || return
-	_netdevs+=(cmv0)
-	ip addr add "$a/24" dev cmv0 && ip link set cmv0 up &&
-		inns ip addr add "$b/24" dev cmv1 && inns ip link set cmv1 up && inns ip link set lo up
-}
-tap_check "veth pair cmv0 ($a) / cmv1 ($b, namespace $ns)" veth_ns ||
+# Shorter connection timeouts (10 s by default), checked below; a value out of
+# range is refused with EINVAL and a log line.
+params=/sys/module/rsiw/parameters
+kmsg_mark
+out=$(echo 50 2>&1 >"$params/mpa_timeout_ms")
+st=$?
+tap_result "$( ((st != 0)) && grep -q 'Invalid argument' <<<"$out" && [ "$(cat "$params/mpa_timeout_ms")" = 10000 ]; echo $?)" \
+	"mpa_timeout_ms=50 is refused with EINVAL, the value stays 10000" "status $st: $out"
+tap_match "the refusal is logged" "parameter mpa_timeout_ms: '50' refused" "$(kmsg_since_mark)"
+TIMEOUT_MS=3000
+tap_check "connect_timeout_ms and mpa_timeout_ms set to $TIMEOUT_MS" \
+	eval "echo $TIMEOUT_MS >$params/connect_timeout_ms && echo $TIMEOUT_MS >$params/mpa_timeout_ms"
+tap_check "veth pair cmv0 ($a) / cmv1 ($b, namespace $ns)" \
+	netdev_veth_ns "$ns" cmv0 02:52:53:49:57:30 "$a/24" cmv1 02:52:53:49:57:31 "$b/24" ||
 	tap_bail "cannot create the veth pair"
 tap_check "rdma link add rsiw0 on cmv0" rdma_link_add rsiw0 cmv0 || tap_bail "no rsiw0"
 tap_check "rdma link add siw1 type siw on cmv1 (in $ns)" inns rdma link add siw1 type siw netdev cmv1 ||
@@ -164,7 +170,7 @@ cm_mark
 start=$(date +%s)
 inns timeout 20 bash -c "exec 3<>/dev/tcp/$a/$port && cat <&3 >/dev/null"
 took=$(($(date +%s) - start))
-if ((took >= 8 && took < 20)); then
+if ((took >= TIMEOUT_MS / 1000 - 1 && took < TIMEOUT_MS / 1000 + 10)); then
 	tap_ok "a silent TCP client is dropped after the MPA timeout (${took} s)"
 else
 	tap_fail "a silent TCP client is dropped after the MPA timeout" "closed after ${took} s"
@@ -176,7 +182,7 @@ cm_counted "silent TCP client" "cm_failed+1 cm_mpa_timeouts+1"
 qp_count() { rdma res show qp link rsiw0/1 2>/dev/null | grep -c "lqpn"; }
 # connect_error DESC DST PORT: the ULP connects to DST:PORT, which never
 # answers; the connect must end in RDMA_CM_EVENT_UNREACHABLE (7) with
-# -ETIMEDOUT after rsiw's timeout (10 s, cm.rs), within 10 s of slack, and
+# -ETIMEDOUT after rsiw's timeout (TIMEOUT_MS), within 10 s of slack, and
 # leave no socket, CM id or QP.
 connect_error() {
 	local desc=$1 dst=$2 dport=$3 qps res ev st ms left
@@ -191,8 +197,8 @@ connect_error() {
 	ms=$(sed -nE 's/^# connect_error: .* ms=([0-9]+)$/\1/p' <<<"$res")
 	tap_result "$([ "$ev" = 7 ] && [ "$st" = -110 ] && echo 0 || echo 1)" \
 		"$desc: RDMA_CM_EVENT_UNREACHABLE with -ETIMEDOUT" "event ${ev:-none} status ${st:-none}"
-	tap_result "$((${ms:-0} >= 9500 && ${ms:-0} <= 20000 ? 0 : 1))" \
-		"$desc: after the 10 s timeout (${ms:-?} ms)" "${ms:-no} ms from rdma_connect to the event"
+	tap_result "$((${ms:-0} >= TIMEOUT_MS - 500 && ${ms:-0} <= TIMEOUT_MS + 10000 ? 0 : 1))" \
+		"$desc: after the $TIMEOUT_MS ms timeout (${ms:-?} ms)" "${ms:-no} ms from rdma_connect to the event"
 	# A released socket may linger orphaned in FIN-WAIT (the peer never
 	# closes); one still connecting or connected would be rsiw's.
 	left=$(ss -Htan state syn-sent state established state close-wait dst "$dst:$dport" 2>&1)

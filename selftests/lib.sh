@@ -271,6 +271,20 @@ netdev_veth() {
 		ip link set dev "$1" up && ip link set dev "$2" up
 }
 
+# netdev_veth_ns NS NAME MAC ADDR/PREFIX PEER PEER_MAC PEER_ADDR/PREFIX: make
+# network namespace NS and a veth pair, NAME here and PEER in NS, both ends
+# up, and NS's loopback up. NAME is deleted at exit (PEER with it); NS is the
+# caller's to delete.
+netdev_veth_ns() {
+	modprobe veth 2>/dev/null
+	ip netns add "$1" || return
+	ip link add "$2" address "$3" type veth peer name "$5" address "$6" netns "$1" || return
+	_netdevs+=("$2")
+	ip addr add "$4" dev "$2" && ip link set dev "$2" up &&
+		ip -n "$1" addr add "$7" dev "$5" && ip -n "$1" link set dev "$5" up &&
+		ip -n "$1" link set lo up
+}
+
 # netdev_mac NAME: the netdev's MAC address.
 netdev_mac() {
 	cat "/sys/class/net/$1/address"

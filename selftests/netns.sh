@@ -4,7 +4,8 @@
 # to nsv1 198.18.20.2 (rnsb), with a device under test on each end, and nsv2
 # 198.18.21.1 (rnsa) to nsv3 198.18.21.2 (rnsb), with a device under test on
 # nsv2 and a C siw device on nsv3. Each device is added from inside its
-# namespace; the initial namespace has none of the addresses. A device
+# namespace; the initial namespace has none of the addresses; moving a device
+# to another namespace is refused (EOPNOTSUPP). A device
 # listens and connects in the namespace of its netdev: the test ULP's server,
 # started from rnsa, listens there (ss in rnsa shows the socket, the initial
 # namespace has none), and its client, started from rnsb, runs SEND, WRITE
@@ -55,6 +56,14 @@ all_active() {
 	for d in "$deva" "$devb" "$deva2" "$siwb"; do port_state_is "$d" ACTIVE || return; done
 }
 tap_wait "$deva, $devb, $deva2 and $siwb ACTIVE" 5 all_active
+
+# The RDMA core moves a device to another namespace only if it can disassociate
+# user contexts, and never in its default shared mode: refused, the device
+# stays where it was.
+out=$(rdma dev set "$deva" netns "$nsb" 2>&1)
+st=$?
+tap_result "$( ((st != 0)) && grep -qi 'not supported' <<<"$out"; echo $?)" \
+	"rdma dev set $deva netns $nsb is refused with EOPNOTSUPP" "status $st: $out"
 
 [ -f "$ULP_KO" ] || tap_bail "$ULP_KO does not exist (make module)"
 kmsg_mark

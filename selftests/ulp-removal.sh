@@ -91,12 +91,6 @@ start_fio() {
 	fio_pid=$!
 }
 
-# stop_fio: kill fio if it still runs and reap it.
-stop_fio() {
-	kill -KILL "$fio_pid" 2>/dev/null
-	wait "$fio_pid" 2>/dev/null
-}
-
 # run_fio WHAT BDEV: write 16 MiB in 64 KiB blocks, read back, crc32c verified.
 run_fio() {
 	local what=$1 bdev=$2 out st desc

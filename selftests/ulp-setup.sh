@@ -33,6 +33,7 @@
 #   ulp_res_count DEV KIND, ulp_res_summary DEV, ulp_no_qps DEV (rdma res)
 #   ulp_rsiw_mpa KEY (rsiw's connection counters)
 #   ulp_tcp_sockets PORT (a port's TCP sockets but TIME-WAIT)
+#   stop_fio (a background fio in fio_pid), fio_verified STATUS OUTPUT
 # shellcheck shell=bash
 
 NFS_RDMA_PORT=${NFS_RDMA_PORT:-20049}
@@ -140,6 +141,25 @@ ulp_rsiw_mpa() {
 # ULP's may outlive its device.
 ulp_tcp_sockets() {
 	ss -tanH state all "( sport = :$1 or dport = :$1 )" 2>/dev/null | awk '$1 != "TIME-WAIT"'
+}
+
+# ---------------------------------------------------------------- fio
+
+# The fio a test runs in the background (or empty), for stop_fio.
+fio_pid=
+
+# stop_fio: kill the background fio, if any, and reap it.
+stop_fio() {
+	[ -n "$fio_pid" ] || return 0
+	kill -KILL "$fio_pid" 2>/dev/null
+	wait "$fio_pid" 2>/dev/null
+	fio_pid=
+}
+
+# fio_verified STATUS OUTPUT: whether a fio run that verifies (crc32c) passed:
+# exit status 0, no error, and no verify failure in its output.
+fio_verified() {
+	[ "$1" = 0 ] && grep -q 'err= 0' <<<"$2" && ! grep -qi 'verify.*fail\|bad magic\|crc32c.*wanted' <<<"$2"
 }
 
 # ---------------------------------------------------------------- NFS server
@@ -251,7 +271,8 @@ _ulp_wait_rpcbind() {
 # default NFS_RDMA_PORT) on DIR, creating DIR. VERS is 3, 4.0, 4.1 or 4.2;
 # NFSv3 mounts EXPORT by path (MOUNT over TCP, no locking), NFSv4 mounts "/"
 # (nfs_server_start exports EXPORT as the v4 root). OPTS are more mount
-# options. Unmounted at cleanup.
+# options. Unmounted at cleanup. With NFS_NETNS set, the client mounts from
+# that network namespace (its RPC/RDMA transport resolves and connects there).
 nfs_mount() {
 	local addr=$1 export=$2 vers=$3 dir=$4 port=${5:-$NFS_RDMA_PORT} extra=${6:-} opts path
 	# Loaded here rather than by mount, so that ulp_cleanup unloads them.
@@ -266,7 +287,11 @@ nfs_mount() {
 	fi
 	[ -z "$extra" ] || opts+=",$extra"
 	mkdir -p "$dir" || return
-	timeout 120 mount -t nfs -o "$opts" "$addr:$path" "$dir" || return
+	if [ -n "${NFS_NETNS:-}" ]; then
+		nsenter --net="/run/netns/$NFS_NETNS" timeout 120 mount -t nfs -o "$opts" "$addr:$path" "$dir"
+	else
+		timeout 120 mount -t nfs -o "$opts" "$addr:$path" "$dir"
+	fi || return
 	ulp_undo_add "nfs:$dir" "nfs_umount $(printf '%q' "$dir") || umount -f -l $(printf '%q' "$dir")"
 }
 

@@ -61,14 +61,6 @@ io_state() {
 	tail -n 5 "$TEST_TMP/fio"
 }
 
-fio_pid=
-stop_fio() {
-	[ -n "$fio_pid" ] || return 0
-	kill -KILL "$fio_pid" 2>/dev/null
-	wait "$fio_pid" 2>/dev/null
-	fio_pid=
-}
-
 # round I: one load, connect, I/O, flood, rmmod. Prints what went wrong and
 # fails; a removal that hangs ends the test.
 round() {

@@ -21,9 +21,9 @@
 //! at once, at most [`MAX_HANDSHAKES_PER_SOURCE`] of them from one address; beyond that a new
 //! connection is reset, with a rate-limited log line.
 //!
-//! Timeouts: the TCP connect ([`CONNECT_TIMEOUT_MS`]), the MPA Request or Reply
-//! ([`MPA_TIMEOUT_MS`]), the ULP's accept or reject of a request ([`ULP_TIMEOUT_MS`]) and an
-//! orderly close ([`CLOSE_TIMEOUT_MS`]).
+//! Timeouts: the TCP connect ([`crate::knobs::CONNECT_TIMEOUT`]), the MPA Request or Reply
+//! ([`crate::knobs::MPA_TIMEOUT`]), both module parameters; the ULP's accept or reject of a
+//! request ([`ULP_TIMEOUT_MS`]) and an orderly close ([`CLOSE_TIMEOUT_MS`]).
 
 #![deny(unsafe_code)]
 
@@ -65,10 +65,6 @@ use kernel::{
     types::ARef,
 };
 
-/// How long a TCP connect may take.
-pub(crate) const CONNECT_TIMEOUT_MS: Msecs = 10_000;
-/// How long to wait for the peer's MPA Request or Reply once TCP is connected.
-pub(crate) const MPA_TIMEOUT_MS: Msecs = 10_000;
 /// How long a connect request may wait for the ULP's accept or reject.
 pub(crate) const ULP_TIMEOUT_MS: Msecs = 30_000;
 /// How long an orderly close waits for the peer's FIN before aborting.
@@ -186,8 +182,8 @@ enum Phase {
 impl Phase {
     fn timeout(&self) -> Option<Msecs> {
         match self {
-            Phase::Start(_) | Phase::TcpConnect(..) => Some(CONNECT_TIMEOUT_MS),
-            Phase::AwaitReply(..) | Phase::AwaitRequest(_) => Some(MPA_TIMEOUT_MS),
+            Phase::Start(_) | Phase::TcpConnect(..) => Some(crate::knobs::CONNECT_TIMEOUT.ms()),
+            Phase::AwaitReply(..) | Phase::AwaitRequest(_) => Some(crate::knobs::MPA_TIMEOUT.ms()),
             Phase::AwaitAnswer(_) => Some(ULP_TIMEOUT_MS),
             Phase::Closing(..) => Some(CLOSE_TIMEOUT_MS),
             Phase::Connected(_) | Phase::Done => None,

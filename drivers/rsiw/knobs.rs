@@ -449,6 +449,77 @@ kernel::module_param!(
     "Send payload by reference: off, auto (not to peers on this host) or on (default auto)"
 );
 
+/// A connection timeout in milliseconds, as a module parameter: `connect_timeout_ms` and
+/// `mpa_timeout_ms`, read when a connection enters the phase they bound.
+pub(crate) struct TimeoutKnob {
+    key: &'static str,
+    ms: AtomicU32,
+}
+
+impl TimeoutKnob {
+    /// The range a timeout may take: long enough for a slow peer under load, short enough that
+    /// a dead one does not hold an endpoint for long.
+    const MIN_MS: u32 = 100;
+    const MAX_MS: u32 = 600_000;
+
+    const fn new(key: &'static str, ms: u32) -> Self {
+        Self {
+            key,
+            ms: AtomicU32::new(ms),
+        }
+    }
+
+    /// The timeout now.
+    pub(crate) fn ms(&self) -> u32 {
+        self.ms.load(Ordering::Relaxed)
+    }
+}
+
+impl ParamValue for TimeoutKnob {
+    const TYPE: &'static str = "uint";
+
+    fn set(&self, text: &str) -> Result {
+        match text.parse::<u32>() {
+            Ok(ms) if (Self::MIN_MS..=Self::MAX_MS).contains(&ms) => {
+                self.ms.store(ms, Ordering::Relaxed);
+                Ok(())
+            }
+            _ => {
+                pr_warn!(
+                    "parameter {}: '{}' refused: it takes milliseconds from {} to {}\n",
+                    self.key,
+                    text.escape_debug(),
+                    Self::MIN_MS,
+                    Self::MAX_MS
+                );
+                Err(EINVAL)
+            }
+        }
+    }
+
+    fn show(&self, f: &mut dyn Write) -> core::fmt::Result {
+        write!(f, "{}", self.ms())
+    }
+}
+
+/// How long a TCP connect may take.
+pub(crate) static CONNECT_TIMEOUT: TimeoutKnob = TimeoutKnob::new("connect_timeout_ms", 10_000);
+/// How long to wait for the peer's MPA Request or Reply once TCP is connected.
+pub(crate) static MPA_TIMEOUT: TimeoutKnob = TimeoutKnob::new("mpa_timeout_ms", 10_000);
+
+kernel::module_param!(
+    CONNECT_TIMEOUT: TimeoutKnob,
+    "connect_timeout_ms",
+    0o644,
+    "How long an active TCP connect may take, in ms: 100 to 600000 (default 10000)"
+);
+kernel::module_param!(
+    MPA_TIMEOUT: TimeoutKnob,
+    "mpa_timeout_ms",
+    0o644,
+    "How long to wait for the peer's MPA Request or Reply, in ms: 100 to 600000 (default 10000)"
+);
+
 /// The debugfs file.
 pub(crate) struct MpaFile;
 

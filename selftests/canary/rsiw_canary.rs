@@ -9,6 +9,7 @@
 //! echo sleep-in-atomic > provoke                             # BUG: sleeping function called ...
 //! echo abba > provoke                                        # lockdep: circular locking
 //! echo overflow > provoke                                    # Rust panic: oops, taint D
+//! echo use-after-free > provoke                              # BUG: KFENCE: use-after-free
 //! ```
 //!
 //! Nothing here is for production: the module exists for the harness's own tests
@@ -17,7 +18,7 @@
 #![deny(unsafe_code)]
 
 use kernel::{
-    bug::warn_on,
+    bug::{provoke_use_after_free, warn_on},
     c_str,
     debugfs::{Dir, FileHandler},
     new_mutex, new_spinlock,
@@ -61,6 +62,15 @@ impl FileHandler for Provoke {
             "sleep-in-atomic" => sleep_in_atomic(),
             "abba" => abba(),
             "overflow" => overflow(),
+            "use-after-free" => {
+                if provoke_use_after_free() {
+                    Ok(())
+                } else {
+                    // Neither KFENCE nor KASAN guarded an object: say so, not silently pass.
+                    pr_err!("rsiw_canary: no object guarded by KFENCE or KASAN came up\n");
+                    Err(ENODEV)
+                }
+            }
             _ => Err(EINVAL),
         }
     }

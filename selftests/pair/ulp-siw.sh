@@ -162,7 +162,7 @@ nfs_fio() {
 		--size="$size" --direct=1 --ioengine=libaio --iodepth=8 --verify=crc32c --do_verify=1 \
 		--verify_fatal=1 --verify_state_save=0 --unlink=1 2>&1)
 	st=$?
-	if [ "$st" = 0 ] && grep -q 'err= 0' <<<"$out" && ! grep -qi 'verify.*fail\|bad magic\|crc32c.*wanted' <<<"$out"; then
+	if fio_verified "$st" "$out"; then
 		tap_ok "$desc"
 		tap_diag "$(grep -E '^ +(READ|WRITE): ' <<<"$out" | sed -E 's/^ +//; s/, [0-9.]+[KMG]?iB\/s-.*, io=/, io=/')"
 	else

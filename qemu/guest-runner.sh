@@ -2,7 +2,12 @@
 # Runs inside the VM: each selftest in turn, collecting what the host needs to
 # judge it. Started by qemu/run-tests.sh; not meant to be run on the host.
 #
-#   guest-runner.sh RESULTS TEST.sh...
+#   guest-runner.sh RESULTS
+#
+# RESULTS/tests lists the selftests to run, one path per line, and RESULTS/env
+# the variables to export to them, one NAME=VALUE a line (files, not
+# arguments: the guest's command travels on the kernel command line, which has
+# room for about 20 paths).
 #
 # For each test NAME it writes, in RESULTS/NAME/ (the test gets the directory
 # as TEST_OUT, for what it leaves to its host part, NAME.host):
@@ -24,7 +29,12 @@ set -uo pipefail
 . "$(dirname "$0")/vm.sh"
 
 results=$1
-shift
+mapfile -t tests <"$results/tests"
+if [ -f "$results/env" ]; then
+	while IFS= read -r kv; do
+		[ -n "$kv" ] && export "${kv?}"
+	done <"$results/env"
+fi
 kmemleak=/sys/kernel/debug/kmemleak
 # kmemleak never reports an object younger than 5 s: the scan that closes a
 # test starts that long after the test ended, so its late leaks are not blamed
@@ -103,7 +113,7 @@ kmemleak_scan "$results/boot-kmemleak.txt" 0
 dmesg >"$results/boot-dmesg.txt"
 uname -r >"$results/kernel"
 
-for test in "$@"; do
+for test in "${tests[@]}"; do
 	name=$(basename "$test" .sh)
 	dir=$results/$name
 	mkdir -p "$dir"

@@ -143,6 +143,8 @@ run=results/pair-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$run/a" "$run/b" "$run/sync"
 run=$(cd "$run" && pwd)
 ln -sfn "$(basename "$run")" results/pair-latest
+printf '%s\n' "${tests[@]}" >"$run/a/tests"
+cp "$run/a/tests" "$run/b/tests"
 
 boot_timeout=${VM_BOOT_TIMEOUT:-300}
 slack=${VM_TEST_SLACK:-120}
@@ -173,9 +175,10 @@ boot_vm() {
 	for v in $(compgen -v | grep -E '^(INTEROP|NFS|NVME)_'); do
 		env_args+=("$v=${!v}")
 	done
+	printf '%s\n' "${env_args[@]}" >"$run/$role/env"
 	vm_start "$run/$role/console.log" --rwdir "$run" --name "rsiw-$role" \
 		--qemu-opts "-netdev socket,id=pair0,$2 -device virtio-net-pci,netdev=pair0,mac=${MAC[$role]}" -- \
-		env "${env_args[@]}" "$RSIW_ROOT/qemu/guest-runner.sh" "$run/$role" "${tests[@]}"
+		"$RSIW_ROOT/qemu/guest-runner.sh" "$run/$role"
 	PID[$role]=$VM_PID
 }
 

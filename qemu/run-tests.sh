@@ -235,16 +235,17 @@ total=${VM_TOTAL_TIMEOUT:-$total}
 echo "# vm: $(basename "$kdir"), TCG, $VM_CPUS cpus, $VM_MEMORY; ${#tests[@]} test(s); module ${RSIW_MODULE:-rsiw}, link type ${RSIW_LINK_TYPE:-rsiw}; logs in ${run#"$RSIW_ROOT"/}"
 env_args=()
 # The tests' size knobs (NFS_*, NVME_*, FLOOD_*, ZERO_WINDOW_*, UNLOAD_*,
-# FAULT_*, HOG_*, PRESSURE_*: see the tests) go along too.
+# FAULT_*, HOG_*, PRESSURE_*, LINK_*: see the tests) go along too.
 for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO \
-	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE)_'); do
+	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE|LINK)_'); do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
 done
 vm_lock
 start=$(date +%s)
+printf '%s\n' "${tests[@]}" >"$run/tests"
+printf '%s\n' "${env_args[@]}" >"$run/env"
 boot() {
-	vm_start "$run/console.log" --rwdir "$run" -- \
-		env "${env_args[@]}" "$RSIW_ROOT/qemu/guest-runner.sh" "$run" "${tests[@]}"
+	vm_start "$run/console.log" --rwdir "$run" -- "$RSIW_ROOT/qemu/guest-runner.sh" "$run"
 }
 boot
 boots=1

@@ -81,7 +81,7 @@ vm_vng_args() {
 # command's exit status (255 when the guest died first). With no COMMAND,
 # starts an interactive shell.
 vm_exec() {
-	local opts=() args=()
+	local opts=() args=() a
 	while (($#)); do
 		case $1 in
 		--rwdir | --name | --qemu-opts) opts+=("$1" "$2"); shift 2 ;;
@@ -92,7 +92,8 @@ vm_exec() {
 	done
 	vm_vng_args args "${opts[@]}" || return 1
 	if (($#)); then
-		args+=(--exec "$(vm_quote "$@")")
+		a=$(vm_quote "$@") || return 1
+		args+=(--exec "$a")
 	fi
 	if [ -t 1 ] && [ -t 2 ]; then
 		vng "${args[@]}"
@@ -114,7 +115,7 @@ vm_exec() {
 # lead a process group, so setsid makes vng itself the leader instead of
 # forking first.
 vm_start() {
-	local log=$1 opts=() args=()
+	local log=$1 opts=() args=() cmd
 	shift
 	while (($#)); do
 		case $1 in
@@ -124,9 +125,10 @@ vm_start() {
 		esac
 	done
 	vm_vng_args args --verbose "${opts[@]}" || return 1
+	cmd=$(vm_quote "$@") || return 1
 	# Through a pipe: qemu reopens /proc/self/fd/1 and 2, which for a regular
 	# file means two offsets into one file, overwriting each other.
-	setsid vng "${args[@]}" --exec "$(vm_quote "$@")" </dev/null > >(cat >"$log") 2>&1 &
+	setsid vng "${args[@]}" --exec "$cmd" </dev/null > >(cat >"$log") 2>&1 &
 	VM_PID=$!
 }
 
@@ -164,13 +166,23 @@ vm_stop_pid() {
 	wait "$1" 2>/dev/null
 }
 
-# vm_quote ARG...: one shell command line that runs ARG... as given.
+# vm_quote ARG...: one shell command line that runs ARG... as given. vng
+# passes it base64-encoded on the kernel command line, which x86 cuts at 2048
+# bytes: a cut line loses init= and the guest panics at boot. A command longer
+# than VM_EXEC_MAX bytes is refused here (the runners pass their test list and
+# environment in files instead; virtme-ng's own arguments take about 850).
+VM_EXEC_MAX=600
 vm_quote() {
 	local out='' a
 	for a in "$@"; do
 		out+="$(printf '%q' "$a") "
 	done
-	echo "${out% }"
+	out=${out% }
+	if ((${#out} > VM_EXEC_MAX)); then
+		echo "vm: the guest command is ${#out} bytes, over $VM_EXEC_MAX (the kernel command line would overflow): ${out:0:120}..." >&2
+		return 1
+	fi
+	echo "$out"
 }
 
 # vm_test_timeout FILE: the seconds a selftest may run, from its first

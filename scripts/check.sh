@@ -21,12 +21,16 @@ tally() { # file with a last line "<what>: N passed, N failed, N skipped"
 	skipped=$((skipped + $(sed -E 's/.* ([0-9]+) skipped$/\1/' <<<"$line")))
 }
 
-# make check-full (CHECK_FULL=1): the ULP and unload workloads at full size,
-# each knob the caller did not set, and a budget to match.
+# make check-full (CHECK_FULL=1): the ULP, flood, cycle and unload workloads at
+# full size, each knob the caller did not set, and a budget to match.
 if [ "${CHECK_FULL:-0}" = 1 ]; then
 	export NFS_BIG_MB=${NFS_BIG_MB:-2048} NFS_CHURN_FILES=${NFS_CHURN_FILES:-10000}
+	export NFS_VERSIONS=${NFS_VERSIONS:-3 4.0 4.1 4.2} NFS_FIO=${NFS_FIO:-4k:4m 1m:64m}
 	export NFS_CYCLES=${NFS_CYCLES:-50} NVME_CYCLES=${NVME_CYCLES:-50}
-	export UNLOAD_ROUNDS=${UNLOAD_ROUNDS:-50} FLOOD_NFS_MPA=${FLOOD_NFS_MPA:-300}
+	export NVME_FIO=${NVME_FIO:-randwrite:4k:4m write:1m:64m}
+	export UNLOAD_ROUNDS=${UNLOAD_ROUNDS:-50} LINK_CYCLES=${LINK_CYCLES:-200}
+	export FLOOD_IDLE=${FLOOD_IDLE:-1000} FLOOD_MPA=${FLOOD_MPA:-300} FLOOD_NFS_MPA=${FLOOD_NFS_MPA:-300}
+	export ZERO_WINDOW_CONNS=${ZERO_WINDOW_CONNS:-600}
 	export FAULT_SECS=${FAULT_SECS:-120}
 	export NFS_FAULT_NETEM=${NFS_FAULT_NETEM:-loss 1%;loss 5%;delay 10ms reorder 25%;duplicate 1%;delay 20ms 10ms;corrupt 0.1%}
 	export FAULT_MB=${FAULT_MB:-64}

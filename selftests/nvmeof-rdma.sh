@@ -26,9 +26,10 @@ require rdma nvme fio
 
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:22 ip=198.18.0.1 svcid=$NVME_RDMA_PORT
 nqn=nqn.2014-08.org.rsiw:selftest-nvmeof
-NVME_CYCLES=${NVME_CYCLES:-6}
+# make check's sizes; make check-full's are bigger (scripts/check.sh).
+NVME_CYCLES=${NVME_CYCLES:-4}
 # fio jobs: rw:bs:size, on each namespace.
-NVME_FIO=${NVME_FIO:-randwrite:4k:4m write:1m:64m}
+NVME_FIO=${NVME_FIO:-randwrite:4k:2m write:1m:16m}
 # How long a disconnect may take to free the target's QPs with SRQs.
 NVME_SRQ_DRAIN_MAX=${NVME_SRQ_DRAIN_MAX:-20}
 

@@ -7,7 +7,7 @@
 # crc32c, one job after another), failslab and fail_page_alloc fail
 # FAULT_PERCENT % of the allocations, sleeping or not, whose call chain passes
 # through the driver's module text (the stack-trace filter), for FAULT_SECS
-# seconds (default 25; make check-full: 120). The ULPs may see I/O errors or
+# seconds (default 15; make check-full: 120). The ULPs may see I/O errors or
 # retry; no job may read back wrong data, and faults must have been injected.
 # Afterwards both ULPs recover (the NVMe controller is live again), new jobs
 # verify, and a file written before the faults reads back unchanged.
@@ -32,7 +32,7 @@ require rdma nvme fio python3 mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:61 ip=198.18.0.1 svcid=$NVME_RDMA_PORT
 nqn=nqn.2014-08.org.rsiw:selftest-faults
 vers=4.2
-FAULT_SECS=${FAULT_SECS:-25}
+FAULT_SECS=${FAULT_SECS:-15}
 FAULT_PERCENT=${FAULT_PERCENT:-10}
 PRESSURE_MB=${PRESSURE_MB:-128}
 HOG_AVAIL_MB=${HOG_AVAIL_MB:-96}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Unloading the driver while its work is in flight, UNLOAD_ROUNDS times
-# (default 3; make check-full runs 50). Each round loads the
+# (default 2; make check-full runs 50). Each round loads the
 # driver, adds the device on a dummy netdev (198.18.0.1), offers an NVMe-oF
 # subsystem (nvmet-rdma, a null_blk namespace) and connects nvme-rdma to it in
 # this VM, starts fio writing 64 KiB blocks at queue depth 16 (receive,
@@ -22,7 +22,7 @@ require rdma nvme fio ss python3
 
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:62 ip=198.18.0.1 src=198.18.0.2 svcid=$NVME_RDMA_PORT
 nqn=nqn.2014-08.org.rsiw:selftest-unload
-UNLOAD_ROUNDS=${UNLOAD_ROUNDS:-3}
+UNLOAD_ROUNDS=${UNLOAD_ROUNDS:-2}
 REMOVAL_MAX=${REMOVAL_MAX:-60}
 FLOOD_IDLE=${FLOOD_IDLE:-40}
 FLOOD=$SELFTESTS/hostile/flood.py

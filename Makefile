@@ -3,6 +3,10 @@
 #   make run            boot the VM, bring up rsiw0, NFS over RDMA through it, a summary
 #   make check          every test: host-side Rust, then the VM selftests
 #   make check-full     the same at full sizes (about 2 hours; not in CI)
+#   make soak           30 minutes of NFS, NVMe-oF and test-ULP traffic through
+#                       cycling network faults (SOAK_SECS; not in CI)
+#   make check KASAN=1  make check on the KASAN kernel (qemu/rsiw-kasan.config;
+#                       its own tree; KASAN=1 works with any target)
 #   make check TESTS=G  only the VM selftests whose name matches glob G
 #   make pair-check     only the two-VM selftests (interop with the C siw; also in check)
 #   make bench          side-by-side benchmarks (see README.md)
@@ -23,7 +27,7 @@ else
 TESTS ?= *
 export TESTS
 
-.PHONY: all run check check-full bench fuzz module install kernel deps host-check vm-check pair-check clippy fmt clean
+.PHONY: all run check check-full soak bench fuzz module install kernel deps host-check vm-check pair-check clippy fmt clean
 
 all: module
 
@@ -47,6 +51,9 @@ check:
 
 check-full:
 	@CHECK_FULL=1 scripts/check.sh
+
+soak: module
+	@SELFTESTS_DIR=selftests/soak TESTS='*' qemu/run-tests.sh
 
 host-check:
 	@selftests/host-check.sh

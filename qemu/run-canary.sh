@@ -24,7 +24,7 @@ EXPECT=(
 	"4-sleep-in-atomic not-ok BUG: sleeping function called from invalid context"
 	"5-overflow not-ok panicked at .*rsiw_canary\.rs"
 	"5-overflow not-ok kernel taint bits newly set: .*7"
-	"6-use-after-free not-ok BUG: KFENCE: use-after-free read in .*canary_use_after_free"
+	"6-use-after-free not-ok BUG: (KFENCE: use-after-free read|KASAN: slab-use-after-free) in .*canary_use_after_free"
 )
 
 out=$(mktemp)

@@ -169,7 +169,7 @@ boot_vm() {
 	env_args=(PAIR_ROLE="$role" PAIR_MAC="${MAC[$role]}" PAIR_ADDR="${ADDR[$role]}"
 		PAIR_PEER_ADDR="${ADDR[$([ "$role" = a ] && echo b || echo a)]}"
 		PAIR_SYNC="$run/sync" PAIR_RESULTS="$run/$role")
-	env_args+=(RSIW_KO="$RSIW_KO" ULP_KO="$ULP_KO")
+	env_args+=(RSIW_KO="$RSIW_KO" ULP_KO="$ULP_KO" VM_TIMEOUT_SCALE="$VM_TIMEOUT_SCALE")
 	# The tests' knobs (INTEROP_MODES, NFS_*, NVME_*: see the tests), to both halves alike.
 	local v
 	for v in $(compgen -v | grep -E '^(INTEROP|NFS|NVME)_'); do

@@ -235,9 +235,9 @@ total=${VM_TOTAL_TIMEOUT:-$total}
 echo "# vm: $(basename "$kdir"), TCG, $VM_CPUS cpus, $VM_MEMORY; ${#tests[@]} test(s); module ${RSIW_MODULE:-rsiw}, link type ${RSIW_LINK_TYPE:-rsiw}; logs in ${run#"$RSIW_ROOT"/}"
 env_args=()
 # The tests' size knobs (NFS_*, NVME_*, FLOOD_*, ZERO_WINDOW_*, UNLOAD_*,
-# FAULT_*, HOG_*, PRESSURE_*, LINK_*: see the tests) go along too.
-for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO \
-	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE|LINK)_'); do
+# FAULT_*, HOG_*, PRESSURE_*, LINK_*, SOAK_*: see the tests) go along too.
+for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO VM_TIMEOUT_SCALE \
+	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE|LINK|SOAK)_'); do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
 done
 vm_lock

@@ -21,6 +21,15 @@ VM_MEMORY=${VM_MEMORY:-4G}
 #                        at the cache that leaks
 #   hung_task_timeout_secs=60  "INFO: task ... blocked" well within a test
 VM_APPEND=(loglevel=4 log_buf_len=8M kmemleak.verbose=1 slab_nomerge hung_task_timeout_secs=60)
+# The KASAN kernel (KASAN=1, qemu/rsiw-kasan.config) also gets SLUB's own
+# checks: sanity checks (F), red zones (Z), poisoning (P) and the owner of
+# each object (U), for its reports. Both slow the guest, so tests get
+# VM_TIMEOUT_SCALE times their timeouts (3 there, 1 otherwise).
+if [ "${KASAN:-0}" = 1 ]; then
+	VM_APPEND+=(slub_debug=FZPU)
+	VM_TIMEOUT_SCALE=${VM_TIMEOUT_SCALE:-3}
+fi
+VM_TIMEOUT_SCALE=${VM_TIMEOUT_SCALE:-1}
 
 # vm_lock: wait until no other rsiw VM run on this host holds the VM lock, then
 # hold it until this shell exits. TCG guests are CPU-bound; two runs sharing a
@@ -191,7 +200,7 @@ vm_quote() {
 vm_test_timeout() {
 	local t
 	t=$(sed -nE 's/^# timeout: *([0-9]+) *$/\1/p' "$1" | head -n 1)
-	echo "${t:-300}"
+	echo "$((${t:-300} * VM_TIMEOUT_SCALE))"
 }
 
 # Kernel log lines that fail the test during which they appear. Extended

@@ -37,6 +37,12 @@ if [ "${CHECK_FULL:-0}" = 1 ]; then
 	CHECK_BUDGET=${CHECK_BUDGET:-14400}
 fi
 
+# make check KASAN=1: the same tests on the KASAN kernel (its own tree in the
+# cache; qemu/rsiw-kasan.config), which runs them about twice as slowly.
+if [ "${KASAN:-0}" = 1 ]; then
+	CHECK_BUDGET=${CHECK_BUDGET:-14400}
+fi
+
 # A budget for the whole run, CHECK_BUDGET s (default 88 minutes, inside CI's
 # 90-minute limit), so that a hang still ends with the summary line: the
 # build gets what is left, and each VM run what is left less a reserve for

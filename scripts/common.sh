@@ -18,12 +18,23 @@ kernel_version() {
 	dpkg-query -W -f='${Version}' linux-source-6.12 | sed 's/-.*//'
 }
 
+# The kernel config fragments, in the order they apply (a later one's line
+# overrides an earlier one's): qemu/rsiw.config, and with KASAN=1 also
+# qemu/rsiw-kasan.config.
+kernel_fragments() {
+	echo "$RSIW_ROOT/qemu/rsiw.config"
+	if [ "${KASAN:-0}" = 1 ]; then
+		echo "$RSIW_ROOT/qemu/rsiw-kasan.config"
+	fi
+}
+
 # Where the configured and built tree lives: keyed by kernel version and config.
 # RSIW_KDIR overrides it (e.g. to keep working on one tree while another builds).
 kernel_dir() {
-	local key
+	local key f frags=()
 	if [ -n "${RSIW_KDIR:-}" ]; then echo "$RSIW_KDIR"; return; fi
-	key=$( { kernel_version; echo "vng $VNG_VERSION"; cat "$RSIW_ROOT/qemu/rsiw.config"; } | sha256sum | cut -c1-12)
+	while IFS= read -r f; do frags+=("$f"); done < <(kernel_fragments)
+	key=$( { kernel_version; echo "vng $VNG_VERSION"; cat "${frags[@]}"; } | sha256sum | cut -c1-12)
 	echo "$RSIW_CACHE/linux-$(kernel_version)-$key"
 }
 

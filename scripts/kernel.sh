@@ -39,11 +39,13 @@ fi
 
 cd "$KDIR"
 if [ ! -f .config ] || [ ! -f .rsiw-configured ]; then
-	progress "configuring kernel $KVER (virtme-ng minimal config + qemu/rsiw.config)"
+	mapfile -t frags < <(kernel_fragments)
+	progress "configuring kernel $KVER (virtme-ng minimal config + ${frags[*]#"$RSIW_ROOT"/})"
 	vng --kconfig --force >"$RSIW_CACHE/kernel-config.log" 2>&1
-	cat "$RSIW_ROOT/qemu/rsiw.config" >> .config
+	cat "${frags[@]}" >> .config
 	make -s LLVM=1 olddefconfig >>"$RSIW_CACHE/kernel-config.log" 2>&1
-	# Every option the fragment sets must have survived olddefconfig.
+	# Every option the fragments set must have survived olddefconfig, at the
+	# value of the last fragment that sets it.
 	bad=0
 	while IFS= read -r line; do
 		case "$line" in CONFIG_*=*) ;; *) continue ;; esac
@@ -53,7 +55,10 @@ if [ ! -f .config ] || [ ! -f .rsiw-configured ]; then
 		else
 			grep -qx "$opt=$val" .config || { echo "config: $opt=$val did not stick" >&2; bad=1; }
 		fi
-	done < "$RSIW_ROOT/qemu/rsiw.config"
+	done < <(cat "${frags[@]}" | awk -F= '/^CONFIG_[A-Z0-9_]+=/ {
+		if (!($1 in val)) order[++n] = $1
+		val[$1] = $0
+	} END { for (i = 1; i <= n; i++) print val[order[i]] }')
 	[ "$bad" = 0 ] || die "kernel config fragment did not apply (is rustc/bindgen/clang missing?)"
 	touch .rsiw-configured
 fi

@@ -144,9 +144,9 @@ EOF
 	rmdir "$mnt/churn"
 }
 
-# big_copy VERS MB: stream MB MiB (and a little) of data into a file over NFS,
-# checksumming the stream; compare the server's checksum of its copy and the
-# client's of a read back over RDMA after dropping its cache.
+# big_copy VERS MB: stream MB MiB (a multiple of 16) and a little of data into
+# a file over NFS, checksumming the stream; compare the server's checksum of
+# its copy and the client's of a read back over RDMA after dropping its cache.
 big_copy() {
 	local vers=$1 mb=$2 blk=$TEST_TMP/block sum_src sum_srv sum_cli t0 wsec rsec bytes want need have
 	need=$(((mb + 1536) * 1024))
@@ -155,13 +155,17 @@ big_copy() {
 		tap_fail "NFSv$vers: $mb MiB file copy" "the VM has $((have / 1024)) MiB of memory, the server's tmpfs copy needs about $((need / 1024)) MiB (VM_MEMORY)"
 		return
 	fi
-	# 64 MiB of random data, repeated, each copy after a distinct 16-byte
+	if ((mb < 16 || mb % 16)); then
+		tap_fail "NFSv$vers: $mb MiB file copy" "NFS_BIG_MB=$mb: a multiple of 16, at least 16"
+		return
+	fi
+	# 16 MiB of random data, repeated, each copy after a distinct 16-byte
 	# header, so that no two copies sit at the same page offset (a misplaced
 	# page changes the checksum). Cheaper under TCG than MB MiB of urandom.
-	head -c 64M /dev/urandom >"$blk"
-	want=$((mb * (64 * 1048576 + 16) / 64))
+	head -c 16M /dev/urandom >"$blk"
+	want=$((mb * (16 * 1048576 + 16) / 16))
 	t0=$(date +%s.%N)
-	sum_src=$(for ((i = 0; i < mb / 64; i++)); do printf 'rsiw%011d\n' "$i"; cat "$blk"; done |
+	sum_src=$(for ((i = 0; i < mb / 16; i++)); do printf 'rsiw%011d\n' "$i"; cat "$blk"; done |
 		tee "$mnt/big" | md5sum | cut -d' ' -f1)
 	# close() flushes; sync makes the timing include the last COMMIT.
 	sync "$mnt/big"

@@ -8,6 +8,8 @@ set -euo pipefail
 KDIR=$(kernel_dir)
 KVER=$(kernel_version)
 lock_kernel_tree
+# Logs per tree: the plain and the KASAN tree may build at once.
+config_log=$KDIR.config.log
 
 # A changed config fragment (or virtme-ng version) makes a new tree. Seeded with a copy of
 # the newest tree built from the same source, it is reconfigured and rebuilt incrementally
@@ -41,9 +43,9 @@ cd "$KDIR"
 if [ ! -f .config ] || [ ! -f .rsiw-configured ]; then
 	mapfile -t frags < <(kernel_fragments)
 	progress "configuring kernel $KVER (virtme-ng minimal config + ${frags[*]#"$RSIW_ROOT"/})"
-	vng --kconfig --force >"$RSIW_CACHE/kernel-config.log" 2>&1
+	vng --kconfig --force >"$config_log" 2>&1
 	cat "${frags[@]}" >> .config
-	make -s LLVM=1 olddefconfig >>"$RSIW_CACHE/kernel-config.log" 2>&1
+	make -s LLVM=1 olddefconfig >>"$config_log" 2>&1
 	# Every option the fragments set must have survived olddefconfig, at the
 	# value of the last fragment that sets it.
 	bad=0
@@ -71,7 +73,7 @@ if [ ! -f arch/x86/boot/bzImage ]; then
 else
 	progress "rebuilding kernel $KVER incrementally"
 fi
-log=$RSIW_CACHE/kernel-build.log
+log=$KDIR.build.log
 if ! make LLVM=1 -j"$JOBS" bzImage modules > "$log" 2>&1; then
 	tail -n 60 "$log" >&2
 	die "kernel build failed (full log: $log)"

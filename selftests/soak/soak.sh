@@ -12,7 +12,8 @@
 #   fio writes 8 MiB of 4 KiB random blocks, reads them back, verified;
 # - the test ULP: its server on 198.18.24.1, its client from rnsk: WRITE,
 #   READ and SEND of 1 MiB + 1 with the data checked, in turn.
-# Faults, SOAK_PHASE_SECS (default 60) each, in turn until the time is up:
+# Faults, SOAK_PHASE_SECS (default 60) each, in turn, SOAK_SECS /
+# SOAK_PHASE_SECS phases (a phase may overrun a little):
 # netem with delay, jitter, loss, duplication, reordering and corruption at
 # once; netem with 5 % loss; TCP resets (ss -K) of the NFS client's and the
 # NVMe host's connections every 15 s; sk1 down for 5 s; both veth MTUs at
@@ -51,6 +52,7 @@ state=$TEST_TMP/state # the loops' counters and the fault driver's flags
 mkdir -p "$state"
 loop_pids=()
 stop_loops() {
+	((${#loop_pids[@]})) || return 0
 	touch "$state/stop"
 	local p
 	for p in "${loop_pids[@]}"; do
@@ -201,17 +203,27 @@ phases=("netem-mixed netem_phase delay 10ms 5ms loss 1% duplicate 1% reorder 25%
 	"mtu1280 mtu_phase"
 	"calm calm_phase")
 modprobe sch_netem 2>/dev/null
-t0=$SECONDS i=0
+# counters DEV: the connection and CRC counters of DEV, for the phase diagnostics.
+counters() {
+	local d=/sys/class/infiniband/$1/ports/1/hw_counters c out=
+	for c in cm_established rx_crc_errors tx_terminate_llp rx_terminate_llp; do
+		out+="$c $(cat "$d/$c") "
+	done
+	echo "$out"
+}
+t0=$SECONDS i=0 n_phases=$((SOAK_SECS / SOAK_PHASE_SECS))
 declare -A ran
-while ((SECONDS - t0 + SOAK_PHASE_SECS <= SOAK_SECS)); do
+while ((i < n_phases)); do
 	read -ra p <<<"${phases[$((i % ${#phases[@]}))]}"
 	i=$((i + 1))
 	echo "${p[0]}" >"$state/phase"
+	before=$(counters "$cli")
 	if ! "${p[@]:1}"; then
 		tap_fail "phase $i (${p[0]}) at $((SECONDS - t0)) s: the fault was applied and undone" \
 			"$(ip -br link show sk0; inns ip -br link show sk1; tc qdisc show dev sk0)"
 		break
 	fi
+	tap_diag "phase $i (${p[0]}), $((SECONDS - t0)) s in: $cli's counters $before-> $(counters "$cli")"
 	ran[${p[0]}]=$((${ran[${p[0]}]:-0} + 1))
 done
 echo end >"$state/phase"
@@ -255,10 +267,17 @@ tap_check "remove the nvmet port" nvmet_port_del 1 "$nqn"
 for d in "$srv" "$cli" "$nvdev"; do
 	tap_wait "no QP or CM id left on $d" 30 eval "[ \"\$(ulp_res_count $d qp)\" = 0 ] && [ \"\$(ulp_res_count $d cm_id)\" = 0 ]"
 done
-left=$( (ulp_tcp_sockets "$NFS_RDMA_PORT"; ulp_tcp_sockets "$svcid"; ulp_tcp_sockets "$ulp_port"
-	inns ss -tanH state all "( sport = :$NFS_RDMA_PORT or dport = :$NFS_RDMA_PORT or dport = :$ulp_port )" |
-		awk '$1 != "TIME-WAIT"') 2>&1)
-tap_result "$([ -z "$left" ]; echo $?)" "no socket on the NFS, NVMe or ULP port in either namespace but TIME-WAIT" "$left"
+# Sockets the ULPs closed may still finish their close (LAST-ACK) for a while.
+left_sockets() {
+	(ulp_tcp_sockets "$NFS_RDMA_PORT"; ulp_tcp_sockets "$svcid"; ulp_tcp_sockets "$ulp_port"
+		inns ss -tanH state all "( sport = :$NFS_RDMA_PORT or dport = :$NFS_RDMA_PORT or dport = :$ulp_port )" |
+			awk '$1 != "TIME-WAIT"') 2>&1
+}
+if wait_for 60 eval '[ -z "$(left_sockets)" ]'; then
+	tap_ok "no socket on the NFS, NVMe or ULP port in either namespace but TIME-WAIT (after $((WAITED_MS / 1000)) s)"
+else
+	tap_fail "no socket on the NFS, NVMe or ULP port in either namespace but TIME-WAIT (within 60 s)" "$(left_sockets)"
+fi
 tap_check "undo the setup: export, null_blk, nvmet, NFS and NVMe modules" ulp_cleanup
 check_no_splat "no kernel splat"
 tap_done

@@ -12,8 +12,9 @@ import json
 import os
 import sys
 
-ORDER = ["ulp-write", "ulp-read", "ulp-send", "ulp-ping", "nfs-seqwrite", "nfs-seqread",
-         "nfs-randread", "nvme-seqwrite", "nvme-seqread", "nvme-randread"]
+ORDER = ["ulp-write", "ulp-read", "ulp-send", "ulp-ping", "perf-write", "perf-read", "perf-send",
+         "perf-lat", "nfs-seqwrite", "nfs-seqread", "nfs-randread", "nvme-seqwrite", "nvme-seqread",
+         "nvme-randread"]
 # (driver in raw.csv, column name)
 DRIVERS = [("siw", "siw_crc_MBps"), ("rsiw", "rsiw_crc_MBps"),
            ("siw-nocrc", "siw_nocrc_MBps"), ("rsiw-nocrc", "rsiw_nocrc_MBps")]
@@ -45,6 +46,11 @@ def goals(rows):
         check("rsiw (CRC) at 1 MiB >= 0.8 of iperf3", "crc_rsiw_over_tcp", 0.8, 1 << 20),
         check_rows("latency (ulp-ping) rsiw/siw >= 1.0 (CRC on for both)", "crc_rsiw_over_siw",
                    1.0, [r for r in rows if r["workload"] == "ulp-ping"]),
+        check_rows("user space (perftest) rsiw/siw >= 1.0, CRC on for both", "crc_rsiw_over_siw",
+                   1.0, [r for r in rows if r["workload"].startswith("perf-")]),
+        check_rows("user space (perftest) rsiw/siw >= 1.0, CRC off for both",
+                   "nocrc_rsiw_over_siw", 1.0,
+                   [r for r in rows if r["workload"].startswith("perf-")]),
     ]
 
 

@@ -10,8 +10,8 @@
 # Environment: BENCH_SECS (seconds per measurement, default 4), BENCH_ROUNDS
 # (rounds over all drivers, alternating them; each driver's best is kept,
 # default 2),
-# BENCH_ONLY (a regular expression on workload names: ulp-*, nfs-*, nvme-*,
-# iperf3), BENCH_DRIVERS (default "siw rsiw siw-nocrc rsiw-nocrc").
+# BENCH_ONLY (a regular expression on workload names: ulp-*, perf-*, nfs-*,
+# nvme-*, iperf3), BENCH_DRIVERS (default "siw rsiw siw-nocrc rsiw-nocrc").
 # shellcheck source-path=SCRIPTDIR
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -41,8 +41,8 @@ record() { # WORKLOAD SIZE DRIVER MBPS
 	say "$1 $2 $3: $4 MB/s"
 }
 wanted() { [[ $1 =~ $ONLY ]]; }
-WORKLOADS=(ulp-write ulp-read ulp-send ulp-ping nfs-seqwrite nfs-seqread nfs-randread
-	nvme-seqwrite nvme-seqread nvme-randread iperf3)
+WORKLOADS=(ulp-write ulp-read ulp-send ulp-ping perf-write perf-read perf-send perf-lat
+	nfs-seqwrite nfs-seqread nfs-randread nvme-seqwrite nvme-seqread nvme-randread iperf3)
 # family_wanted ulp|nfs|nvme: some workload of the family is wanted.
 family_wanted() {
 	local w
@@ -130,6 +130,52 @@ ulp_bench() { # DRIVER
 	rmmod rsiw_ulp
 }
 
+# ------------------------------------------------------------ user verbs
+
+# perf_run TOOL PORT ARGS...: run perftest TOOL (over rdma_cm) as server and
+# client on $LINK with ARGS; prints the client's output.
+perf_run() {
+	local tool=$1 port=$2 pid
+	shift 2
+	timeout $((SECS + 60)) "$tool" -R -F -d "$LINK" -p "$port" "$@" >/dev/null 2>&1 &
+	pid=$!
+	for _ in $(seq 100); do
+		ss -Hltn "sport = :$port" | grep -q . && break
+		sleep 0.1
+	done
+	timeout $((SECS + 60)) "$tool" -R -F -d "$LINK" -p "$port" "$@" "$IP" 2>&1
+	wait "$pid"
+}
+
+# perf_bench DRIVER: perftest's ib_write_bw, ib_read_bw and ib_send_bw at 4 KiB,
+# 64 KiB and 1 MiB (average MB/s), and ib_send_lat at 64 bytes (recorded as 64
+# bytes per average round trip, so that higher is better as for the others).
+perf_bench() {
+	local op size mbps port=20900 out lat
+	for op in write read send; do
+		wanted "perf-$op" || continue
+		for size in 4096 65536 1048576; do
+			out=$(perf_run "ib_${op}_bw" $((port++)) -s "$size" -D "$SECS")
+			mbps=$(awk -v s="$size" '$1 == s && NF >= 4 { print $4 }' <<<"$out" | tail -n 1)
+			[ -n "$mbps" ] || { say "perf-$op $size $1: failed: $(tail -n 3 <<<"$out")"; mbps=0; }
+			record "perf-$op" "$size" "$1" "$mbps"
+		done
+	done
+	if wanted perf-lat; then
+		# Iterations, not a duration: only then does it print the average.
+		out=$(perf_run ib_send_lat $((port++)) -s 64 -n $((SECS * 1000)))
+		lat=$(awk '$1 == 64 && NF >= 6 { print $6 }' <<<"$out" | tail -n 1)
+		if [ -n "$lat" ]; then
+			say "perf-lat $1: $lat us average"
+			mbps=$(awk -v l="$lat" 'BEGIN { printf "%.3f", 64 / l }')
+		else
+			say "perf-lat $1: failed: $(tail -n 3 <<<"$out")"
+			mbps=0
+		fi
+		record perf-lat 64 "$1" "$mbps"
+	fi
+}
+
 # ------------------------------------------------------------ fio helpers
 
 # fio_mbps FIO_ARGS...: run fio for SECS and print the job's MB/s (read plus
@@ -204,7 +250,7 @@ fi
 # Rounds alternate the drivers, every other round in reverse order, so that a
 # drift of the host's speed during the run hits each driver alike; the report
 # keeps each driver's best round.
-for w in ulp nfs nvme; do
+for w in ulp perf nfs nvme; do
 	family_wanted "$w" || continue
 	for ((round = 0; round < ROUNDS; round++)); do
 		order=("${DRIVERS[@]}")

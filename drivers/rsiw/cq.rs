@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Completion queues: a bounded ring of work completions with one-shot arming.
+//! Completion queues: a bounded ring of work completions with one-shot arming. A user CQ's ring
+//! is shared with user space ([`crate::uabi::CqRing`]), which polls and arms it itself.
 
 #![deny(unsafe_code)]
 
-use crate::{device::Rsiw, ring::Ring};
+use crate::{device::Rsiw, ring::Ring, uabi};
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     irqlock::SpinLockIrq,
     new_spinlock_irq,
     prelude::*,
-    rdma::verbs::{Cq, CqInitAttr, NotifyRequest, WcArray, WcStatus, WorkCompletion},
+    rdma::{
+        udata::UserData,
+        verbs::{Cq, CqInitAttr, NotifyRequest, WcArray, WcStatus, WorkCompletion},
+    },
 };
 
 /// Most entries one CQ may have.
@@ -26,13 +31,25 @@ enum Arm {
     Next,
 }
 
+/// Where a CQ's completions go.
+enum Entries {
+    /// A kernel consumer's: polled through `ib_poll_cq`.
+    Kernel(Ring<WorkCompletion>),
+    /// A user context's: written into the ring it maps.
+    User(uabi::CqRing),
+}
+
 /// A CQ's completions and arming, behind [`CqData::ring`]. [`queue`] runs under a QP lock: from
 /// the receive path (softirq or work item), the transmit work item, and posts or state changes
 /// that flush. Consumers poll and arm from any context. No other lock is taken under it.
 struct CqRing {
-    entries: Ring<WorkCompletion>,
+    entries: Entries,
+    /// A kernel CQ's arming (a user CQ's is its control word).
     arm: Arm,
 }
+
+/// Numbers user CQs for libsiw's messages (`struct siw_uresp_create_cq`'s `cq_id`).
+static NEXT_USER_CQ_ID: AtomicU32 = AtomicU32::new(0);
 
 /// Per-CQ state. The lock disables interrupts: completions are added from softirq (receive)
 /// and process context, and consumers poll from any context.
@@ -43,28 +60,42 @@ pub(crate) struct CqData {
 }
 
 impl CqData {
-    /// Validates `attr` and creates the data for a CQ of `attr.cqe` entries.
-    pub(crate) fn new(attr: &CqInitAttr) -> Result<(impl PinInit<Self, Error>, u32)> {
-        if attr.user {
-            // The user-space (libsiw) CQ ring ABI is not implemented.
-            return Err(kernel::rdma::eopnotsupp());
-        }
+    /// Validates `attr` and creates the data for a CQ of `attr.cqe` entries. A user CQ gets a
+    /// ring its context maps, of a power-of-two size, described in the response to `udata`.
+    pub(crate) fn new(
+        attr: &CqInitAttr,
+        udata: &mut UserData<'_>,
+    ) -> Result<(impl PinInit<Self, Error>, u32)> {
         if attr.flags != 0 {
             return Err(kernel::rdma::eopnotsupp());
         }
         if attr.cqe > MAX_CQE {
             return Err(EINVAL);
         }
-        let entries = attr.cqe.max(1);
+        let (entries, size) = if attr.user {
+            let size = attr.cqe.max(1).checked_next_power_of_two().ok_or(EINVAL)?;
+            let (ring, key) = uabi::CqRing::new(udata, size)?;
+            // `struct siw_uresp_create_cq { u32 cq_id; u32 num_cqe; u64 cq_key; }`
+            let id = NEXT_USER_CQ_ID.fetch_add(1, Ordering::Relaxed);
+            let mut resp = [0u8; 16];
+            resp[..4].copy_from_slice(&id.to_ne_bytes());
+            resp[4..8].copy_from_slice(&size.to_ne_bytes());
+            resp[8..].copy_from_slice(&key.to_ne_bytes());
+            udata.respond(&resp)?;
+            (Entries::User(ring), size)
+        } else {
+            let size = attr.cqe.max(1);
+            (Entries::Kernel(Ring::new(size)?), size)
+        };
         let ring = CqRing {
-            entries: Ring::new(entries)?,
+            entries,
             arm: Arm::None,
         };
         Ok((
             try_pin_init!(Self {
                 ring <- new_spinlock_irq!(ring, "rsiw::CqData::ring"),
             }),
-            entries,
+            size,
         ))
     }
 }
@@ -100,12 +131,26 @@ impl Upcalls {
 /// is armed for it, `IB_EVENT_CQ_ERR` on overflow (the completion is then lost, as on
 /// hardware). `solicited` marks completions of solicited-event receives.
 pub(crate) fn queue(cq: &Cq<Rsiw>, wc: WorkCompletion, solicited: bool) -> Upcalls {
+    let overflow = Upcalls {
+        completion: false,
+        error: true,
+    };
     let mut ring = cq.data().ring.lock();
-    if ring.entries.push(wc).is_err() {
-        return Upcalls {
-            completion: false,
-            error: true,
-        };
+    let ring = &mut *ring;
+    let entries = match &mut ring.entries {
+        Entries::Kernel(entries) => entries,
+        Entries::User(user) => {
+            return match user.push(&wc, solicited) {
+                Ok(wanted) => Upcalls {
+                    completion: wanted,
+                    error: false,
+                },
+                Err(()) => overflow,
+            };
+        }
+    };
+    if entries.push(wc).is_err() {
+        return overflow;
     }
     let wanted = match ring.arm {
         Arm::None => false,
@@ -121,24 +166,32 @@ pub(crate) fn queue(cq: &Cq<Rsiw>, wc: WorkCompletion, solicited: bool) -> Upcal
     }
 }
 
-/// Moves queued completions into `out`.
+/// Moves queued completions into `out` (none for a user CQ: user space polls its ring).
 pub(crate) fn poll(cq: &Cq<Rsiw>, out: &mut WcArray<'_>) {
     let mut ring = cq.data().ring.lock();
+    let Entries::Kernel(entries) = &mut ring.entries else {
+        return;
+    };
     while out.remaining() > 0 {
-        let Some(wc) = ring.entries.pop() else {
+        let Some(wc) = entries.pop() else {
             break;
         };
         out.push(&wc);
     }
 }
 
-/// Arms `cq`; returns whether completions are queued already.
+/// Arms `cq`; returns whether completions are queued already. A user CQ is armed through its
+/// control word instead: this changes nothing for it.
 pub(crate) fn arm(cq: &Cq<Rsiw>, req: NotifyRequest) -> bool {
     let mut ring = cq.data().ring.lock();
+    let Entries::Kernel(entries) = &ring.entries else {
+        return false;
+    };
+    let queued = !entries.is_empty();
     ring.arm = match (ring.arm, req.solicited_only) {
         // A pending request for any completion is not narrowed by a later solicited one.
         (Arm::Next, _) | (_, false) => Arm::Next,
         (_, true) => Arm::Solicited,
     };
-    !ring.entries.is_empty()
+    queued
 }

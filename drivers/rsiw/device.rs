@@ -32,6 +32,7 @@ use kernel::{
         srq::{Srq, SrqAttr, SrqInitAttr, SrqModify},
         stats::StatDesc,
         udata::UserData,
+        umem::UserMemory,
         verbs::{Cq, CqInitAttr, NotifyRequest, Pd, WcArray},
     },
     str::CString,
@@ -162,19 +163,25 @@ impl rdma_dev::Driver for Rsiw {
         pd: &Pd<Self>,
         attr: &mut QpInitAttr,
         srq: Option<&Srq<Self>>,
-        _udata: &mut UserData<'_>,
+        udata: &mut UserData<'_>,
     ) -> Result<(impl PinInit<QpData, Error>, u32)> {
         let dev = pd.device();
         take_slot(&dev.data().num_qp, qp::MAX_QP)?;
-        let res = qp::create(attr, srq).map(|init| {
-            let mut table = dev.data().qps.lock();
-            // QPN 0 and 1 are special in the verbs API; wrap past them and skip live ones.
-            let mut qpn = table.next_qpn.max(2);
-            while table.by_qpn.get(&qpn).is_some() {
-                qpn = qpn.checked_add(1).unwrap_or(2);
+        let res = qp::create(attr, srq, udata).and_then(|(init, response)| {
+            let qpn = {
+                let mut table = dev.data().qps.lock();
+                // QPN 0 and 1 are special in the verbs API; wrap past them and skip live ones.
+                let mut qpn = table.next_qpn.max(2);
+                while table.by_qpn.get(&qpn).is_some() {
+                    qpn = qpn.checked_add(1).unwrap_or(2);
+                }
+                table.next_qpn = qpn.checked_add(1).unwrap_or(2);
+                qpn
+            };
+            if let Some(r) = response {
+                udata.respond(&r.bytes(qpn))?;
             }
-            table.next_qpn = qpn.checked_add(1).unwrap_or(2);
-            (init, qpn)
+            Ok((init, qpn))
         });
         if res.is_err() {
             dev.data().num_qp.fetch_sub(1, Ordering::AcqRel);
@@ -233,6 +240,10 @@ impl rdma_dev::Driver for Rsiw {
         qp::post_recv(qp, wr)
     }
 
+    fn doorbell(qp: &Qp<Self>) -> Result {
+        qp::doorbell(qp)
+    }
+
     const HW_STATS: &'static [StatDesc] = &stats::NAMES;
 
     fn get_hw_stats(dev: &Device<Self>, _port: u32, values: &mut [u64]) {
@@ -270,6 +281,19 @@ impl rdma_dev::Driver for Rsiw {
         })
     }
 
+    fn reg_user_mr(
+        pd: &Pd<Self>,
+        mem: UserMemory,
+        iova: u64,
+        access: u32,
+        udata: &mut UserData<'_>,
+    ) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
+        take_slot(&pd.device().data().num_mr, mem::MAX_MR)?;
+        mem::reg_user_mr(pd, mem, iova, access, udata).inspect_err(|_| {
+            pd.device().data().num_mr.fetch_sub(1, Ordering::AcqRel);
+        })
+    }
+
     fn dereg_mr(mr: &Mr<Self>) {
         mem::dereg_mr(mr);
         mr.device().data().num_mr.fetch_sub(1, Ordering::AcqRel);
@@ -295,9 +319,10 @@ impl rdma_dev::Driver for Rsiw {
     fn create_cq(
         dev: &Device<Self>,
         attr: &CqInitAttr,
+        udata: &mut UserData<'_>,
     ) -> Result<(impl PinInit<CqData, Error>, u32)> {
         take_slot(&dev.data().num_cq, MAX_CQ)?;
-        CqData::new(attr).inspect_err(|_| {
+        CqData::new(attr, udata).inspect_err(|_| {
             dev.data().num_cq.fetch_sub(1, Ordering::AcqRel);
         })
     }

@@ -23,6 +23,8 @@ use kernel::{
             ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
         },
         qp::Sge,
+        udata::UserData,
+        umem::UserMemory,
         verbs::{Pd, PdId},
     },
     sync::Arc,
@@ -61,11 +63,19 @@ enum Kind {
     Dma(AllMemory),
     /// Pages set by `map_mr_sg`, made valid by `IB_WR_REG_MR`.
     Frwr,
+    /// A process's pages, pinned at registration (`ibv_reg_mr`) and valid until
+    /// deregistration: they cannot be invalidated or registered again.
+    User,
 }
 
 impl Kind {
     fn is_dma(&self) -> bool {
         matches!(self, Kind::Dma(_))
+    }
+
+    /// Whether the registration is fixed at creation (no fast registration or invalidation).
+    fn is_fixed(&self) -> bool {
+        !matches!(self, Kind::Frwr)
     }
 }
 
@@ -78,8 +88,10 @@ struct MrState {
     key: u8,
     valid: bool,
     access: u32,
-    /// Runs of contiguous pages of the valid registration.
-    runs: KVec<Option<KernelRange>>,
+    /// Runs of contiguous pages of the valid registration. Emptied by `dereg_mr` (process
+    /// context), as the last reference may go with interrupts off and a large array is vmalloc
+    /// memory.
+    runs: KVVec<Option<KernelRange>>,
     nruns: usize,
     /// Where the last access ended: a run's index and its start (bytes into the runs). Data
     /// arrives in order, so the next access mostly starts in the same run: without the hint,
@@ -87,9 +99,11 @@ struct MrState {
     hint: (usize, u64),
     /// Runs `map_mr_sg` set up for the next `IB_WR_REG_MR` (a consumer may map while the
     /// previous registration is still valid, with its invalidation queued).
-    mapped: KVec<Option<KernelRange>>,
+    mapped: KVVec<Option<KernelRange>>,
     nmapped: usize,
     iova: u64,
+    /// How far into the runs the region starts.
+    lead: u64,
     length: u64,
     page_size: u32,
 }
@@ -190,10 +204,8 @@ impl MrShared {
                 };
                 f(range.map_err(|_| fault)?).map_err(MapError::Copy)
             }
-            Kind::Frwr => {
-                // Offset into the runs: the region starts `iova % page_size` into them.
-                let lead = st.iova % u64::from(st.page_size.max(1));
-                let start = addr - st.iova + lead;
+            Kind::Frwr | Kind::User => {
+                let start = addr - st.iova + st.lead;
                 let (mut idx, mut run_start) = if start >= st.hint.1 { st.hint } else { (0, 0) };
                 let mut skip = start - run_start;
                 let mut left = len;
@@ -246,8 +258,8 @@ impl MrShared {
                 let page = kernel::page::PAGE_SIZE as u64;
                 len.min(page - addr % page)
             }
-            // At most `MAX_FRWR_PAGES` runs to walk.
-            Kind::Frwr => len,
+            // At most `MAX_FRWR_PAGES` runs to walk, or a user region's own, from the hint.
+            Kind::Frwr | Kind::User => len,
         };
         self.access(stag, pd, RIGHTS_READ, addr, probe, |_| Ok(()))
             .map_err(|e| match e {
@@ -260,7 +272,7 @@ impl MrShared {
     /// `apply` false only checks that it could.
     pub(crate) fn invalidate(&self, stag: u32, apply: bool) -> Result<(), AccessError> {
         let mut st = self.state.lock();
-        if self.stag(st.key) != stag || self.kind.is_dma() {
+        if self.stag(st.key) != stag || self.kind.is_fixed() {
             return Err(AccessError::InvalidStag);
         }
         if apply {
@@ -273,6 +285,9 @@ impl MrShared {
 /// Per-MR driver data.
 pub(crate) struct MrData {
     shared: Arc<MrShared>,
+    /// A user MR's pinned pages, unpinned when the MR is deregistered (after [`dereg_mr`]
+    /// invalidated the region, so the data path no longer reaches them).
+    _pinned: Option<UserMemory>,
 }
 
 /// The device's STag table, behind `DeviceData::stags`. Changed by `alloc_mr`, `get_dma_mr` and
@@ -319,17 +334,40 @@ pub(crate) fn lookup(dev: &kernel::rdma::device::Device<Rsiw>, stag: u32) -> Opt
         .and_then(|s| s.clone())
 }
 
+/// What a user MR is made with.
+struct UserRuns {
+    mem: UserMemory,
+    iova: u64,
+}
+
 fn new_mr(
     pd: &Pd<Rsiw>,
     kind: Kind,
     access: u32,
     max_pages: u32,
-) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
+    user: Option<UserRuns>,
+) -> Result<(MrData, MrKeys)> {
     let dev = pd.device();
-    // kmalloc memory: the last reference may be dropped in atomic context.
-    let runs = KVec::from_elem(None, max_pages as usize, GFP_KERNEL)?;
-    let mapped = KVec::from_elem(None, max_pages as usize, GFP_KERNEL)?;
-    let valid = kind.is_dma();
+    let mut runs = KVVec::from_elem(None, max_pages as usize, GFP_KERNEL)?;
+    let mapped_pages = if matches!(kind, Kind::Frwr) {
+        max_pages
+    } else {
+        0
+    };
+    let mapped = KVVec::from_elem(None, mapped_pages as usize, GFP_KERNEL)?;
+    let valid = kind.is_fixed();
+    let (mut nruns, mut iova, mut lead, mut length) = (0, 0, 0, 0);
+    if let Some(u) = &user {
+        u.mem.for_each_range(|r| {
+            let slot = runs.get_mut(nruns).ok_or(EINVAL)?;
+            *slot = Some(r);
+            nruns += 1;
+            Ok(())
+        })?;
+        iova = u.iova;
+        lead = u.mem.offset();
+        length = u.mem.len();
+    }
     let mut table = dev.data().stags.lock();
     let index = table.free_index().ok_or(ENOSPC)?;
     let shared = Arc::pin_init(
@@ -343,13 +381,14 @@ fn new_mr(
                     valid,
                     access,
                     runs,
-                    nruns: 0,
+                    nruns,
                     hint: (0, 0),
                     mapped,
                     nmapped: 0,
-                    iova: 0,
-                    length: 0,
-                    page_size: 0,
+                    iova,
+                    lead,
+                    length,
+                    page_size: kernel::page::PAGE_SIZE as u32,
                 },
                 "rsiw::MrShared::state"
             ),
@@ -361,7 +400,10 @@ fn new_mr(
         *slot = Some(shared.clone());
     }
     Ok((
-        MrData { shared },
+        MrData {
+            shared,
+            _pinned: user.map(|u| u.mem),
+        },
         MrKeys {
             lkey: stag,
             rkey: stag,
@@ -375,7 +417,7 @@ pub(crate) fn get_dma_mr(
     access: u32,
     memory: AllMemory,
 ) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
-    new_mr(pd, Kind::Dma(memory), access, 0)
+    new_mr(pd, Kind::Dma(memory), access, 0, None)
 }
 
 /// `alloc_mr`: a fast-registration region of up to `max_num_sg` runs of pages.
@@ -390,16 +432,55 @@ pub(crate) fn alloc_mr(
     if max_num_sg == 0 || max_num_sg > MAX_FRWR_PAGES {
         return Err(EINVAL);
     }
-    new_mr(pd, Kind::Frwr, 0, max_num_sg)
+    new_mr(pd, Kind::Frwr, 0, max_num_sg, None)
+}
+
+/// `reg_user_mr`: a region over the user memory `mem` pinned for it, addressed from `iova`.
+/// Tells libsiw its STag (`struct siw_uresp_reg_mr`).
+pub(crate) fn reg_user_mr(
+    pd: &Pd<Rsiw>,
+    mem: UserMemory,
+    iova: u64,
+    access: u32,
+    udata: &mut UserData<'_>,
+) -> Result<(impl PinInit<MrData, Error>, MrKeys)> {
+    iova.checked_add(mem.len()).ok_or(EINVAL)?;
+    let runs = u32::try_from(mem.num_ranges()).map_err(|_| EINVAL)?;
+    let (data, keys) = new_mr(pd, Kind::User, access, runs, Some(UserRuns { mem, iova }))?;
+    let mut resp = [0u8; 8];
+    resp[..4].copy_from_slice(&keys.lkey.to_ne_bytes());
+    if let Err(e) = udata.respond(&resp) {
+        // Not published to the core: take it out of the STag table again.
+        data.shared.unpublish(pd.device());
+        return Err(e);
+    }
+    Ok((data, keys))
 }
 
 /// `dereg_mr`: removes the region from the STag table.
 pub(crate) fn dereg_mr(mr: &Mr<Rsiw>) {
-    let shared = &mr.data().shared;
-    shared.state.lock().valid = false;
-    let mut table = mr.device().data().stags.lock();
-    if let Some(slot) = table.slots.get_mut(shared.index as usize) {
-        *slot = None;
+    mr.data().shared.unpublish(mr.device());
+}
+
+impl MrShared {
+    /// Invalidates the region for good and removes it from `dev`'s STag table. Process context:
+    /// the page arrays are freed here.
+    fn unpublish(&self, dev: &kernel::rdma::device::Device<Rsiw>) {
+        let (runs, mapped) = {
+            let mut st = self.state.lock();
+            st.valid = false;
+            st.nruns = 0;
+            st.nmapped = 0;
+            (
+                core::mem::replace(&mut st.runs, KVVec::new()),
+                core::mem::replace(&mut st.mapped, KVVec::new()),
+            )
+        };
+        drop((runs, mapped));
+        let mut table = dev.data().stags.lock();
+        if let Some(slot) = table.slots.get_mut(self.index as usize) {
+            *slot = None;
+        }
     }
 }
 
@@ -443,7 +524,7 @@ pub(crate) fn register(
         page_size,
     }: MrMapping,
 ) -> Result {
-    if key >> 8 != shared.index || shared.kind.is_dma() {
+    if key >> 8 != shared.index || shared.kind.is_fixed() {
         return Err(EINVAL);
     }
     let mut st = shared.state.lock();
@@ -471,6 +552,8 @@ pub(crate) fn register(
     }
     st.nruns = st.nmapped;
     st.hint = (0, 0);
+    // The region starts `iova % page_size` into the runs.
+    st.lead = iova % u64::from(page_size);
     st.key = key as u8;
     st.access = access;
     st.iova = iova;

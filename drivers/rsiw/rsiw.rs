@@ -21,6 +21,7 @@ mod qp;
 mod ring;
 mod srq;
 mod stats;
+mod uabi;
 
 module! {
     type: RsiwModule,

@@ -10,7 +10,9 @@
 #include <linux/set_memory.h>
 #include <net/addrconf.h>
 #include <net/netlink.h>
+#include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
 
 bool rust_helper_ib_device_try_get(struct ib_device *dev)
 {
@@ -134,4 +136,31 @@ int rust_helper_nla_nest_end(struct sk_buff *skb, struct nlattr *start)
 void rust_helper_nla_nest_cancel(struct sk_buff *skb, struct nlattr *start)
 {
 	nla_nest_cancel(skb, start);
+}
+
+/* The user context of a uverbs call, from the driver udata it carries. */
+struct ib_ucontext *rust_helper_rdma_udata_ucontext(struct ib_udata *udata)
+{
+	return container_of(udata, struct uverbs_attr_bundle, driver_udata)->context;
+}
+
+/* The driver udata of a uverbs call (create_cq gets the whole bundle). */
+struct ib_udata *rust_helper_rdma_bundle_udata(struct uverbs_attr_bundle *attrs)
+{
+	return &attrs->driver_udata;
+}
+
+u64 rust_helper_rdma_user_mmap_get_offset(const struct rdma_user_mmap_entry *entry)
+{
+	return rdma_user_mmap_get_offset(entry);
+}
+
+dma_addr_t rust_helper_sg_dma_address(struct scatterlist *sg)
+{
+	return sg_dma_address(sg);
+}
+
+unsigned int rust_helper_sg_dma_len(struct scatterlist *sg)
+{
+	return sg_dma_len(sg);
 }

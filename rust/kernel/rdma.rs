@@ -18,6 +18,8 @@ pub mod res;
 pub mod srq;
 pub mod stats;
 pub mod udata;
+pub mod umem;
+pub mod user_map;
 pub mod verbs;
 
 pub use crate::errno::{enotconn, eopnotsupp};

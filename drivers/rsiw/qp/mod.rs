@@ -22,6 +22,10 @@
 //! `IB_EVENT_QP_LAST_WQE_REACHED` once the receive being filled is flushed, which is what
 //! `ib_drain_qp` waits for on such a QP.
 //!
+//! A user QP's send and receive queues are rings user space writes itself ([`crate::uabi`]): the
+//! doorbell and the transmit work copy new send entries into the send queue, the receive path
+//! copies receive entries when it needs one, and both are flushed from the rings on ERROR.
+//!
 //! Lock order, outer first: the transmit outbox ([`QpData::outbox`]) or the connection manager's
 //! phase, the socket lock, the QP lock; under it the SRQ's, a CQ's, the STag table's or an MR's
 //! lock, or the zero-copy release log. Of these only the log nests in another (an MR's, when the
@@ -30,7 +34,7 @@
 
 #![deny(unsafe_code)]
 
-use crate::{cq, device::Rsiw, mem, proto::mpa::RtrType, srq::SrqQueue};
+use crate::{cq, device::Rsiw, mem, proto::mpa::RtrType, srq::SrqQueue, uabi};
 
 pub(crate) mod link;
 mod rx;
@@ -49,6 +53,7 @@ use kernel::{
         },
         res::ResDetails,
         srq::{Srq, SrqEvent},
+        udata::UserData,
         verbs::{PdId, WcOpcode, WcStatus, WorkCompletion},
     },
     sync::lock::Guard,
@@ -116,12 +121,14 @@ pub(crate) enum SendKind {
     LocalInv {
         rkey: u32,
     },
+    /// A user send queue entry rsiw cannot execute: completes with `IB_WC_LOC_QP_OP_ERR`.
+    Invalid,
 }
 
 impl SendKind {
     fn wc_opcode(&self) -> WcOpcode {
         match self {
-            SendKind::Send | SendKind::SendWithInv { .. } => WcOpcode::Send,
+            SendKind::Send | SendKind::SendWithInv { .. } | SendKind::Invalid => WcOpcode::Send,
             SendKind::Write { .. } => WcOpcode::RdmaWrite,
             SendKind::Read { .. } => WcOpcode::RdmaRead,
             SendKind::RegMr { .. } => WcOpcode::RegMr,
@@ -213,6 +220,9 @@ struct QpInner {
     /// A session that ended under the lock, dropped once the lock is released: its bounce
     /// buffer may be vmalloc memory, and its zero-copy registration waits for notifications.
     up_retired: Option<Session>,
+    /// A user QP's positions in its rings: the next send and receive entries to take.
+    user_sq_next: u32,
+    user_rq_next: u32,
 }
 
 /// Protocol state of one connection, created when the QP enters RTS.
@@ -318,11 +328,41 @@ impl Drop for Deliver<'_> {
     }
 }
 
+/// The rings of a user QP, which its context maps.
+pub(crate) struct UserQueues {
+    sq: uabi::SqRing,
+    /// `None` on a QP without receives.
+    rq: Option<uabi::RqRing>,
+}
+
+/// What a user QP's creation tells libsiw (`struct siw_uresp_create_qp`, less the QP number).
+pub(crate) struct UserQpResponse {
+    num_sqe: u32,
+    num_rqe: u32,
+    sq_key: u64,
+    rq_key: u64,
+}
+
+impl UserQpResponse {
+    /// The response for QP number `qpn`.
+    pub(crate) fn bytes(&self, qpn: u32) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        b[..4].copy_from_slice(&qpn.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.num_sqe.to_ne_bytes());
+        b[8..12].copy_from_slice(&self.num_rqe.to_ne_bytes());
+        b[16..24].copy_from_slice(&self.sq_key.to_ne_bytes());
+        b[24..].copy_from_slice(&self.rq_key.to_ne_bytes());
+        b
+    }
+}
+
 /// Per-QP state.
 #[pin_data]
 pub(crate) struct QpData {
     cap: QpCap,
     sig_all: bool,
+    /// A user QP's rings (`None` for a kernel consumer's QP).
+    user: Option<UserQueues>,
     /// The shared receive queue the QP takes its receives from, held for the QP's lifetime.
     srq: Option<Arc<SrqQueue>>,
     #[pin]
@@ -343,14 +383,12 @@ pub(crate) struct QpData {
 
 /// Validates a create request, fits `attr.cap` to what the QP provides, and builds its data.
 /// `srq` is the shared receive queue of a QP created with one.
+/// A user QP's creation also returns what to tell libsiw once its number is known.
 pub(crate) fn create(
     attr: &mut QpInitAttr,
     srq: Option<&Srq<Rsiw>>,
-) -> Result<impl PinInit<QpData, Error>> {
-    if attr.user {
-        // The user-space (libsiw) queue ABI is not implemented.
-        return Err(eopnotsupp());
-    }
+    udata: &UserData<'_>,
+) -> Result<(impl PinInit<QpData, Error>, Option<UserQpResponse>)> {
     if !attr.rc || attr.create_flags != 0 {
         return Err(eopnotsupp());
     }
@@ -365,21 +403,52 @@ pub(crate) fn create(
         c.max_recv_wr = 0;
         c.max_recv_sge = 0;
     }
+    // A user QP's entries have the ABI's room for SGEs and inline data.
+    let (max_sge, max_inline) = if attr.user {
+        (uabi::MAX_SGE, uabi::MAX_INLINE)
+    } else {
+        (MAX_SGE, MAX_INLINE)
+    };
     if c.max_send_wr == 0
         || c.max_send_wr > MAX_QP_WR
         || c.max_recv_wr > MAX_QP_WR
-        || c.max_send_sge > MAX_SGE
-        || c.max_recv_sge > MAX_SGE
-        || c.max_inline_data > MAX_INLINE
+        || c.max_send_sge > max_sge
+        || c.max_recv_sge > max_sge
+        || c.max_inline_data > max_inline
     {
         return Err(EINVAL);
     }
     // Report what the QP really honours (C siw leaves the request unchanged).
-    c.max_send_sge = MAX_SGE;
+    c.max_send_sge = max_sge;
     if srq.is_none() {
-        c.max_recv_sge = MAX_SGE;
+        c.max_recv_sge = max_sge;
     }
-    c.max_inline_data = MAX_INLINE;
+    c.max_inline_data = max_inline;
+    let (user, response) = if attr.user {
+        // libsiw indexes the rings modulo their sizes; powers of two, as in the C siw.
+        // Both are at most `MAX_QP_WR`, a power of two.
+        c.max_send_wr = c.max_send_wr.next_power_of_two();
+        if c.max_recv_wr != 0 {
+            c.max_recv_wr = c.max_recv_wr.next_power_of_two();
+        }
+        let (sq, sq_key) = uabi::SqRing::new(udata, c.max_send_wr)?;
+        let (rq, rq_key) = match c.max_recv_wr {
+            0 => (None, 0),
+            n => {
+                let (r, k) = uabi::RqRing::new(udata, n)?;
+                (Some(r), k)
+            }
+        };
+        let response = UserQpResponse {
+            num_sqe: c.max_send_wr,
+            num_rqe: c.max_recv_wr,
+            sq_key,
+            rq_key,
+        };
+        (Some(UserQueues { sq, rq }), Some(response))
+    } else {
+        (None, None)
+    };
     let cap = *c;
     let inner = QpInner {
         state: QpState::Reset,
@@ -401,19 +470,23 @@ pub(crate) fn create(
         up_event: None,
         up_srq_limit: false,
         up_retired: None,
+        user_sq_next: 0,
+        user_rq_next: 0,
     };
     let sig_all = attr.sig_all;
     let outbox = tx::Outbox::new()?;
-    Ok(try_pin_init!(QpData {
+    let init = try_pin_init!(QpData {
         cap,
         sig_all,
+        user,
         srq,
         inner <- new_spinlock_irq!(inner, "rsiw::QpData::inner"),
         outbox <- new_mutex!(outbox, "rsiw::QpData::outbox"),
         tx_work <- kernel::new_qp_work!(tx::run, "rsiw::QpData::tx_work"),
         rx_work <- kernel::new_qp_work!(rx::rx_work, "rsiw::QpData::rx_work"),
         counters: crate::stats::Counters::new(),
-    }))
+    });
+    Ok((init, response))
 }
 
 fn flush_wc(qp: &Qp<Rsiw>, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
@@ -461,6 +534,8 @@ fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) {
         let up = cq::queue(qp.send_cq(), flush_wc(qp, e.wr_id, e.op.wc_opcode()), false);
         inner.up_send.add(up);
     }
+    // What user space posted that was not taken yet.
+    pull_user_sq(qp, inner);
     if let Some(e) = inner.cur_recv.take() {
         let up = cq::queue(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
         inner.up_recv.add(up);
@@ -469,6 +544,7 @@ fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) {
         let up = cq::queue(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
         inner.up_recv.add(up);
     }
+    flush_user_rq(qp, inner);
     if !was_error && qp.data().srq.is_some() {
         inner.up_event = Some(QpEvent::LastWqeReached);
     }
@@ -620,6 +696,10 @@ pub(crate) fn copy_sges(list: &[Sge], max: u32) -> Result<([Sge; MAX_SGE as usiz
 /// `ib_post_send` for one work request.
 pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     let d = qp.data();
+    if d.user.is_some() {
+        // User space posts into its ring and rings the doorbell with no work request.
+        return Err(EINVAL);
+    }
     let signaled = wr.flags.signaled || d.sig_all;
     let mut inner = lock(qp);
     let kind = match wr.op {
@@ -696,8 +776,8 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
 /// `ib_post_recv` for one work request.
 pub(crate) fn post_recv(qp: &Qp<Rsiw>, wr: &RecvWr<'_>) -> Result {
     let d = qp.data();
-    if d.srq.is_some() {
-        // Receives go to the SRQ (`ib_post_srq_recv`).
+    if d.srq.is_some() || d.user.is_some() {
+        // Receives go to the SRQ (`ib_post_srq_recv`), or user space writes its ring.
         return Err(EINVAL);
     }
     let (sges, num_sge) = copy_sges(wr.sges, d.cap.max_recv_sge)?;
@@ -764,6 +844,7 @@ fn complete_sq_head(qp: &Qp<Rsiw>, inner: &mut QpInner, status: WcStatus) {
 /// Completes the done work requests whose zero-copy sends were all released (or whose round
 /// was sent), in order.
 fn reap_sent(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+    let mut freed = false;
     let released = inner.sess.as_ref().map_or(u64::MAX, |s| match &s.zc {
         Some(z) => z.released(),
         None => s.tx_rounds_sent,
@@ -774,7 +855,123 @@ fn reap_sent(qp: &Qp<Rsiw>, inner: &mut QpInner) {
         }
         if let Some(e) = inner.sent.pop() {
             emit_sent(qp, inner, e);
+            freed = true;
         }
+    }
+    if freed && user_sq_posted(qp, inner) {
+        // Entries wait in the user ring for room in the send queue.
+        tx::kick(qp);
+    }
+}
+
+/// The doorbell of a user QP: takes what user space posted into the send queue and starts
+/// transmitting (in ERROR: flushes it). Before RTS nothing is taken (`ENOTCONN`, as in the C
+/// siw); the entries wait in the ring.
+pub(crate) fn doorbell(qp: &Qp<Rsiw>) -> Result {
+    if qp.data().user.is_none() {
+        return Ok(());
+    }
+    let mut inner = lock(qp);
+    match inner.state {
+        QpState::Rts => {
+            pull_user_sq(qp, &mut inner);
+            tx::kick(qp);
+            Ok(())
+        }
+        QpState::Error => {
+            pull_user_sq(qp, &mut inner);
+            Ok(())
+        }
+        _ => Err(enotconn()),
+    }
+}
+
+/// Whether user space posted a send entry not taken yet.
+fn user_sq_posted(qp: &Qp<Rsiw>, inner: &QpInner) -> bool {
+    qp.data()
+        .user
+        .as_ref()
+        .is_some_and(|u| u.sq.is_posted(inner.user_sq_next))
+}
+
+/// Takes a user QP's new send entries, in RTS while the send queue has room; in ERROR all of
+/// them, flushed. Bounded by the ring's size per call.
+fn pull_user_sq(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+    let d = qp.data();
+    let Some(u) = d.user.as_ref() else { return };
+    for _ in 0..u.sq.size() {
+        let flushing = match inner.state {
+            QpState::Error => true,
+            QpState::Rts => false,
+            _ => return,
+        };
+        if !flushing && inner.sq.len() + inner.sent.len() >= d.cap.max_send_wr as usize {
+            return;
+        }
+        let Some(copy) = u.sq.take(inner.user_sq_next) else {
+            return;
+        };
+        inner.user_sq_next = inner.user_sq_next.wrapping_add(1);
+        let e = uabi::parse_sqe(&copy, d.sig_all);
+        if flushing {
+            let mut wc = flush_wc(qp, e.wr_id, e.op.wc_opcode());
+            if matches!(e.op, SendKind::Invalid) {
+                wc.status = WcStatus::LocQpOpErr;
+            }
+            let up = cq::queue(qp.send_cq(), wc, false);
+            inner.up_send.add(up);
+        } else if let Err(e) = inner.sq.push(e) {
+            // Cannot happen: room was checked above. Complete it rather than lose it.
+            let mut wc = flush_wc(qp, e.wr_id, e.op.wc_opcode());
+            wc.status = WcStatus::LocQpOpErr;
+            inner.up_send.add(cq::queue(qp.send_cq(), wc, false));
+        }
+    }
+}
+
+/// On a user QP with no receive taken (none being filled, none queued), takes the next entry
+/// user space posted. An invalid one completes at once with `IB_WC_LOC_QP_OP_ERR` (every older
+/// receive has completed), and the message then finds no receive: the connection ends with a
+/// Terminate.
+fn pull_user_rq(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+    let Some(rq) = qp.data().user.as_ref().and_then(|u| u.rq.as_ref()) else {
+        return;
+    };
+    if inner.cur_recv.is_some() || !inner.rq.is_empty() {
+        return;
+    }
+    let Some(copy) = rq.take(inner.user_rq_next) else {
+        return;
+    };
+    inner.user_rq_next = inner.user_rq_next.wrapping_add(1);
+    match uabi::parse_rqe(&copy) {
+        Some(r) => {
+            // The queue was empty, so there is room.
+            let _ = inner.rq.push(r);
+        }
+        None => {
+            let mut wc = flush_wc(qp, uabi::entry_id(&copy), WcOpcode::Recv);
+            wc.status = WcStatus::LocQpOpErr;
+            inner.up_recv.add(cq::queue(qp.recv_cq(), wc, false));
+        }
+    }
+}
+
+/// Flushes what user space posted to a user QP's receive ring and was not taken yet.
+fn flush_user_rq(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+    let Some(rq) = qp.data().user.as_ref().and_then(|u| u.rq.as_ref()) else {
+        return;
+    };
+    for _ in 0..rq.size() {
+        let Some(copy) = rq.take(inner.user_rq_next) else {
+            return;
+        };
+        inner.user_rq_next = inner.user_rq_next.wrapping_add(1);
+        let mut wc = flush_wc(qp, uabi::entry_id(&copy), WcOpcode::Recv);
+        if uabi::parse_rqe(&copy).is_none() {
+            wc.status = WcStatus::LocQpOpErr;
+        }
+        inner.up_recv.add(cq::queue(qp.recv_cq(), wc, false));
     }
 }
 

@@ -582,6 +582,8 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
                 // respect to the SRQ's other QPs. It is this message's from here on (flushed
                 // with the QP if the segment turns out to be invalid).
                 inner.cur_recv = super::take_srq_recv(qp, inner);
+                // A user QP's receives are in the ring user space writes.
+                super::pull_user_rq(qp, inner);
             }
             let buf = match (&inner.cur_recv, inner.rq.front()) {
                 (Some(r), _) | (None, Some(r)) => recv_len(r),

@@ -371,6 +371,8 @@ pub(super) fn run(qp: QpRef<Rsiw>) {
             let mut g = lock(&qp);
             // Zero-copy sends released since the last round let work requests complete.
             super::reap_sent(&qp, &mut g);
+            // What user space posted since (a user QP's ring).
+            super::pull_user_sq(&qp, &mut g);
             let r = fill(&qp, &mut g, &mut stage);
             let number = round_out(&mut g);
             if matches!(r, Round::Idle | Round::NoMemory) {
@@ -722,6 +724,10 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
                     Err(_) => WcStatus::LocProtErr,
                 };
                 complete_sq_head(qp, inner, st);
+                continue;
+            }
+            SendKind::Invalid => {
+                complete_sq_head(qp, inner, WcStatus::LocQpOpErr);
                 continue;
             }
             SendKind::LocalInv { rkey } => {

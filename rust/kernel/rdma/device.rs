@@ -199,6 +199,7 @@ pub trait Driver: Sized + 'static {
     fn create_cq(
         dev: &Device<Self>,
         attr: &CqInitAttr,
+        udata: &mut UserData<'_>,
     ) -> Result<(impl PinInit<Self::Cq, Error>, u32)>;
 
     /// Called before a completion queue's data is dropped.
@@ -246,6 +247,12 @@ pub trait Driver: Sized + 'static {
     /// Posts one receive work request.
     fn post_recv(qp: &Qp<Self>, wr: &RecvWr<'_>) -> Result;
 
+    /// A post with no send work request: user space rang the doorbell of a QP whose send queue
+    /// it writes itself (uverbs `POST_SEND` with no WR).
+    fn doorbell(_qp: &Qp<Self>) -> Result {
+        Ok(())
+    }
+
     /// Finds a QP by number (for the iWARP connection manager). The reference must be taken
     /// while the QP is certainly alive (for example under the lock of a table `destroy_qp` removes
     /// it from), not after the lookup let go.
@@ -264,6 +271,18 @@ pub trait Driver: Sized + 'static {
         ty: MrType,
         max_num_sg: u32,
     ) -> Result<(impl PinInit<Self::Mr, Error>, MrKeys)>;
+
+    /// Creates the data of an MR over user memory `mem`, pinned for it, which the consumer
+    /// addresses from `iova` (uverbs `REG_MR`).
+    fn reg_user_mr(
+        _pd: &Pd<Self>,
+        _mem: super::umem::UserMemory,
+        _iova: u64,
+        _access: u32,
+        _udata: &mut UserData<'_>,
+    ) -> Result<(impl PinInit<Self::Mr, Error>, MrKeys)> {
+        Err::<(Self::Mr, MrKeys), Error>(super::eopnotsupp())
+    }
 
     /// Called before an MR's data is dropped.
     fn dereg_mr(_mr: &Mr<Self>) {}
@@ -759,11 +778,14 @@ impl<T: Driver> Adapter<T> {
         if T::HAS_ALLOC_UCONTEXT {
             ops.alloc_ucontext = Some(Self::alloc_ucontext);
             ops.dealloc_ucontext = Some(Self::dealloc_ucontext);
-            // User contexts hold no device mappings, so they can always be disassociated. Without
-            // this, unregistering the device would wait for user space to close the uverbs file
-            // first, while an rdma_cm user waits for the DEVICE_REMOVAL event that comes after.
+            // User contexts map only ordinary memory (`user_map`), whose pages the mappings keep,
+            // so they can always be disassociated. Without this, unregistering the device would
+            // wait for user space to close the uverbs file first, while an rdma_cm user waits
+            // for the DEVICE_REMOVAL event that comes after.
             ops.disassociate_ucontext = Some(Self::disassociate_ucontext);
             ops.size_ib_ucontext = core::mem::size_of::<bindings::ib_ucontext>();
+            ops.mmap = Some(super::user_map::mmap);
+            ops.mmap_free = Some(super::user_map::free_entry);
         }
         ops
     };
@@ -1010,7 +1032,8 @@ impl<T: Driver> Adapter<T> {
     unsafe extern "C" fn dealloc_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
     /// `ib_device_ops.disassociate_ucontext`: detaches a user context from a device being
-    /// unregistered; there is nothing to do, as contexts hold no device mappings.
+    /// unregistered; there is nothing to do, as contexts map no device memory (the rings' pages
+    /// stay with the processes that map them).
     ///
     /// # Safety
     ///

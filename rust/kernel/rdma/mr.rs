@@ -11,6 +11,7 @@
 
 use super::{
     device::{Adapter, Device, Driver},
+    udata::UserData,
     verbs::Pd,
 };
 use crate::{bindings, error::Result, prelude::*, types::Opaque};
@@ -37,8 +38,8 @@ pub struct MrKeys {
 ///
 /// # Invariants
 ///
-/// Allocated by [`Adapter::alloc_mr`] or [`Adapter::get_dma_mr`] in a pinned box; `data` is
-/// initialised until `dereg_mr` frees it.
+/// Allocated by [`Adapter::alloc_mr`], [`Adapter::get_dma_mr`] or [`Adapter::reg_user_mr`] in a
+/// pinned box; `data` is initialised until `dereg_mr` frees it.
 #[repr(C)]
 #[pin_data]
 pub struct Mr<T: Driver> {
@@ -404,22 +405,31 @@ impl<T: Driver> Adapter<T> {
         Self::finish_mr(ibpd, T::alloc_mr(pd, ty, max_num_sg))
     }
 
-    /// `ib_device_ops.reg_user_mr`: registers user memory (uverbs `REG_MR`). The core requires
-    /// the op of every device; this layer has no user memory (`ib_umem`) support yet, so it
-    /// refuses for every driver.
+    /// `ib_device_ops.reg_user_mr`: registers user memory (uverbs `REG_MR`): pins it, then lets the
+    /// driver make the MR over it.
     ///
     /// # Safety
     ///
-    /// No requirement beyond the C signature: no argument is used.
+    /// `ibpd` is a PD of this driver whose `alloc_pd` succeeded and whose `dealloc_pd` has not
+    /// started; `udata` is null or valid for the call.
     pub(super) unsafe extern "C" fn reg_user_mr(
-        _ibpd: *mut bindings::ib_pd,
-        _start: u64,
-        _length: u64,
-        _virt: u64,
-        _access: crate::ffi::c_int,
-        _udata: *mut bindings::ib_udata,
+        ibpd: *mut bindings::ib_pd,
+        start: u64,
+        length: u64,
+        virt: u64,
+        access: crate::ffi::c_int,
+        udata: *mut bindings::ib_udata,
     ) -> *mut bindings::ib_mr {
-        crate::rdma::eopnotsupp().to_ptr()
+        if !T::HAS_REG_USER_MR {
+            return crate::rdma::eopnotsupp().to_ptr();
+        }
+        // SAFETY: `ibpd` is a live PD of ours; `udata` is null or valid for the call.
+        let (pd, mut udata) = unsafe { (&*ibpd.cast::<Pd<T>>(), UserData::from_raw(udata)) };
+        // CAST: Access flags are positive bits.
+        let access = access as u32;
+        let res = super::umem::UserMemory::pin(pd.device(), start, length, access)
+            .and_then(|mem| T::reg_user_mr(pd, mem, virt, access, &mut udata));
+        Self::finish_mr(ibpd, res)
     }
 
     /// `ib_device_ops.dereg_mr`: drops an MR's data and frees it (`ib_dereg_mr`, or `ib_dealloc_pd`
@@ -427,8 +437,8 @@ impl<T: Driver> Adapter<T> {
     ///
     /// # Safety
     ///
-    /// `ibmr` was returned by this driver's `get_dma_mr` or `alloc_mr`, and this is called once for
-    /// it, with no other op on it running or following. `_udata` is not used.
+    /// `ibmr` was returned by this driver's `get_dma_mr`, `alloc_mr` or `reg_user_mr`, and this
+    /// is called once for it, with no other op on it running or following. `_udata` is not used.
     pub(super) unsafe extern "C" fn dereg_mr(
         ibmr: *mut bindings::ib_mr,
         _udata: *mut bindings::ib_udata,

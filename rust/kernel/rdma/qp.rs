@@ -98,7 +98,7 @@ impl<T: Driver> Qp<T> {
 
     /// Identifies this QP in work completions.
     pub fn handle(&self) -> QpHandle {
-        QpHandle(self.ib.get())
+        QpHandle(self.ib.get(), self.qpn())
     }
 
     /// Takes a reference that keeps the QP (and its data) alive.
@@ -889,6 +889,12 @@ impl<T: Driver> Adapter<T> {
         let qp = unsafe { &*ibqp.cast::<Qp<T>>() };
         // SAFETY: The device pointer is immutable.
         let dev = unsafe { (*ibqp).device };
+        if wr.is_null() {
+            return match T::doorbell(qp) {
+                Ok(()) => 0,
+                Err(e) => e.to_errno(),
+            };
+        }
         while !wr.is_null() {
             // SAFETY: The consumer passes a valid chain of WRs.
             let raw = unsafe { &*wr };

@@ -35,6 +35,17 @@ impl<'a> UserData<'a> {
         !self.ptr.is_null()
     }
 
+    /// The user context of the call, or `None` for a kernel caller.
+    pub(crate) fn ucontext_raw(&self) -> Option<*mut bindings::ib_ucontext> {
+        if self.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: By the type invariant `ptr` is valid; a user call's udata is the `driver_udata`
+        // of the uverbs attribute bundle, which names the call's context.
+        let uctx = unsafe { bindings::rdma_udata_ucontext(self.ptr) };
+        (!uctx.is_null()).then_some(uctx)
+    }
+
     /// Writes the driver's response to user space.
     ///
     /// Fails with `EINVAL` if the user's buffer is shorter than `resp`, and with `EFAULT` if it

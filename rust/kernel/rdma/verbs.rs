@@ -221,13 +221,19 @@ impl WcOpcode {
     }
 }
 
-/// Identifies the QP a completion belongs to; only the core dereferences it.
+/// Identifies the QP a completion belongs to, for the core (its `ib_qp`, which only the core
+/// dereferences) and for user space (its number).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct QpHandle(pub(crate) *mut bindings::ib_qp);
+pub struct QpHandle(pub(crate) *mut bindings::ib_qp, pub(crate) u32);
 
 impl QpHandle {
     /// A handle for no QP (e.g. in tests of the CQ alone).
-    pub const NONE: QpHandle = QpHandle(core::ptr::null_mut());
+    pub const NONE: QpHandle = QpHandle(core::ptr::null_mut(), 0);
+
+    /// The QP's number.
+    pub fn qp_num(&self) -> u32 {
+        self.1
+    }
 }
 
 // SAFETY: The handle is an identifier; the driver never dereferences it.
@@ -351,11 +357,12 @@ impl<T: Driver> Adapter<T> {
     ///
     /// `ibcq` is core-allocated with `size_ib_cq` bytes, not yet visible to anyone else, with
     /// `device` a live device with `T`'s ops and `uobject` set (null for a kernel CQ); `attr` is
-    /// valid for reads for the call. `_attrs` (null for a kernel CQ) is not used.
+    /// valid for reads for the call; `attrs` is null for a kernel CQ, or the uverbs call's valid
+    /// attribute bundle.
     pub(super) unsafe extern "C" fn create_cq(
         ibcq: *mut bindings::ib_cq,
         attr: *const bindings::ib_cq_init_attr,
-        _attrs: *mut bindings::uverbs_attr_bundle,
+        attrs: *mut bindings::uverbs_attr_bundle,
     ) -> crate::ffi::c_int {
         from_result(|| {
             let cq = ibcq.cast::<Cq<T>>();
@@ -369,7 +376,15 @@ impl<T: Driver> Adapter<T> {
                 // SAFETY: The core sets `uobject` before `create_cq` for user CQs.
                 user: unsafe { !(*ibcq).uobject.is_null() },
             };
-            let (init, cqe) = T::create_cq(dev, &attr)?;
+            let udata = if attrs.is_null() {
+                core::ptr::null_mut()
+            } else {
+                // SAFETY: `attrs` is a valid bundle for the call.
+                unsafe { bindings::rdma_bundle_udata(attrs) }
+            };
+            // SAFETY: Null, or the bundle's driver udata, valid for the call.
+            let mut udata = unsafe { super::udata::UserData::from_raw(udata) };
+            let (init, cqe) = T::create_cq(dev, &attr, &mut udata)?;
             // SAFETY: `data` is our field of the core-allocated, never-moving object.
             unsafe { init.__pinned_init(core::ptr::addr_of_mut!((*cq).data))? };
             // SAFETY: The CQ is not visible to anyone else yet.

@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# User-space verbs through rdma-core's unmodified libsiw, between processes of
+# this VM: rping (data validated), ucmatose, rdma_server/rdma_client, rsockets
+# (riostream, data verified) and perftest over rdma_cm (ib_write_bw,
+# ib_read_bw, ib_send_bw, ib_send_lat). Each runs for the pairs rsiw-rsiw,
+# rsiw-siw and siw-rsiw (server first), and siw-siw as the reference: the
+# device under test on one dummy netdev, a C siw device on another; a client
+# binds the address of its device, and the TCP connection crosses loopback.
+# Then selftests/user/hostile_user.c, which writes libsiw's rings behind its
+# back: bad send entries (opcode, 7 and 255 SGEs, lengths that overflow, 81
+# inline bytes, inline Read, unknown lkey) each complete with their error and
+# the QP works on; entries flipped by a thread under the doorbell; a receive
+# entry with 9 SGEs; completion slots marked valid by user space (the CQ
+# overflows: IBV_EVENT_CQ_ERR); rings unmapped under traffic; exit with work in
+# flight; fork; a registered buffer unmapped while the peer writes to it. Then
+# no QP, CQ, MR or PD may be left on either device. Last, rdma link delete and
+# modprobe -r while rping processes hold the device: they exit, and the
+# removal completes.
+# timeout: 900
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require rdma rping ucmatose rdma_server rdma_client riostream \
+	ib_write_bw ib_read_bw ib_send_bw ib_send_lat
+
+# Sizes (make check-full raises them). USER_FULL=1 runs every tool for every
+# pair; by default the cross pairs run rping, rsockets and the bandwidth tests,
+# and siw-siw (the reference) does not run.
+USER_PERF_ITERS=${USER_PERF_ITERS:-100}
+USER_PING_COUNT=${USER_PING_COUNT:-20}
+USER_FULL=${USER_FULL:-0}
+
+dut=uv0 dutnd=uvd0 dutmac=02:52:53:49:57:50 dutip=198.18.50.1
+ref=uvsiw0 refnd=uvd1 refmac=02:52:53:49:57:51 refip=198.18.51.1
+
+tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
+if ! rsiw_is_reference; then
+	tap_check "load siw" modprobe siw || tap_bail "cannot load siw"
+fi
+tap_check "dummy $dutnd ($dutip)" netdev_dummy $dutnd $dutmac $dutip/24 || tap_bail "no netdev"
+tap_check "dummy $refnd ($refip)" netdev_dummy $refnd $refmac $refip/24 || tap_bail "no netdev"
+tap_check "rdma link add $dut type $RSIW_LINK_TYPE" rdma_link_add $dut $dutnd || tap_bail "no device"
+if tap_check "rdma link add $ref type siw" rdma link add $ref type siw netdev $refnd; then
+	_links+=("$ref")
+else
+	tap_bail "no siw device"
+fi
+tap_check "ibv_devinfo opens $dut through libsiw" ibv_devinfo -d $dut
+tap_match "$dut is an iWARP device with an active port" "transport:[[:space:]]+iWARP" "$OUT"
+
+# The pairs: NAME SERVER_DEV SERVER_IP CLIENT_DEV CLIENT_IP.
+pairs=(
+	"$RSIW_MODULE-$RSIW_MODULE $dut $dutip $dut $dutip"
+	"$RSIW_MODULE-siw $dut $dutip $ref $refip"
+	"siw-$RSIW_MODULE $ref $refip $dut $dutip"
+)
+((USER_FULL)) && pairs+=("siw-siw $ref $refip $ref $refip")
+port=20950
+
+# listening PORT: whether a TCP socket listens on PORT (an iWARP listener is
+# one).
+listening() {
+	ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
+}
+
+# serve DESC -- SERVER_CMD... -- CLIENT_CMD...: start the server, wait until
+# it listens on $port, run the client; ok when both exit 0 within 120 s. The
+# commands may use $port. Moves $port on.
+serve() {
+	local desc=$1 srv=() cli=() pid st_s st_c
+	shift 2
+	while [ "$1" != -- ]; do
+		srv+=("$1")
+		shift
+	done
+	shift
+	cli=("$@")
+	timeout 120 "${srv[@]}" >"$TEST_TMP/server" 2>&1 &
+	pid=$!
+	if ! wait_for 30 listening "$port"; then
+		kill "$pid" 2>/dev/null
+		wait "$pid"
+		tap_fail "$desc" "the server did not listen on $port within 30 s" "\$ ${srv[*]}" \
+			"$(tail -n 20 "$TEST_TMP/server")"
+		port=$((port + 1))
+		return 1
+	fi
+	timeout 120 "${cli[@]}" >"$TEST_TMP/client" 2>&1
+	st_c=$?
+	wait "$pid"
+	st_s=$?
+	port=$((port + 1))
+	if [ "$st_s" = 0 ] && [ "$st_c" = 0 ]; then
+		tap_ok "$desc"
+		return 0
+	fi
+	tap_fail "$desc" "server exit $st_s: ${srv[*]}" "$(tail -n 20 "$TEST_TMP/server")" \
+		"client exit $st_c: ${cli[*]}" "$(tail -n 20 "$TEST_TMP/client")"
+	return 1
+}
+
+for p in "${pairs[@]}"; do
+	read -r name sdev sip cdev cip <<<"$p"
+	# all: whether this pair runs every tool.
+	all=0
+	if ((USER_FULL)) || [ "$sdev" = "$cdev" ]; then
+		all=1
+	fi
+	for size in 64 65535; do
+		((all)) || [ $size != 64 ] || continue
+		serve "$name: rping, $USER_PING_COUNT pings of $size bytes, validated" -- \
+			rping -s -a "$sip" -p "$port" -S $size -C "$USER_PING_COUNT" -V -- \
+			rping -c -a "$sip" -I "$cip" -p "$port" -S $size -C "$USER_PING_COUNT" -V
+	done
+	if ((all)); then
+		serve "$name: ucmatose, 2 connections, 10 messages of 4096 bytes" -- \
+			ucmatose -b "$sip" -p "$port" -c 2 -C 10 -S 4096 -- \
+			ucmatose -s "$sip" -b "$cip" -p "$port" -c 2 -C 10 -S 4096
+		serve "$name: rdma_server and rdma_client (inline send)" -- \
+			rdma_server -s "$sip" -p "$port" -- \
+			rdma_client -s "$sip" -p "$port"
+	fi
+	serve "$name: rsockets (riostream), 100 transfers of 65536 bytes, verified" -- \
+		riostream -b "$sip" -p "$port" -S 65536 -C 100 -T v -- \
+		riostream -s "$sip" -p "$port" -S 65536 -C 100 -T v
+	for t in ib_write_bw ib_read_bw ib_send_bw; do
+		serve "$name: $t -R, $USER_PERF_ITERS x 65536 bytes" -- \
+			$t -R -F -d "$sdev" -p "$port" -s 65536 -n "$USER_PERF_ITERS" -- \
+			$t -R -F -d "$cdev" -p "$port" -s 65536 -n "$USER_PERF_ITERS" --source_ip "$cip" "$sip"
+		tap_diag "$(grep -E '^[[:space:]]*65536' "$TEST_TMP/client")"
+	done
+	((all)) || continue
+	serve "$name: ib_send_lat -R, 64 bytes" -- \
+		ib_send_lat -R -F -d "$sdev" -p "$port" -s 64 -n "$USER_PERF_ITERS" -- \
+		ib_send_lat -R -F -d "$cdev" -p "$port" -s 64 -n "$USER_PERF_ITERS" --source_ip "$cip" "$sip"
+done
+
+# The hostile program, built here against the system's libibverbs/librdmacm.
+hostile=$TEST_TMP/hostile_user
+if ! tap_check "build selftests/user/hostile_user.c" \
+	cc -O2 -Wall -o "$hostile" "$SELFTESTS/user/hostile_user.c" -libverbs -lrdmacm -lpthread; then
+	tap_bail "cannot build the hostile user program"
+fi
+# hostile CASE WANT: run a case against $dut; WANT is "exit 0" or "SIGSEGV or
+# exit 0" (the case makes the process touch rings it unmapped).
+hostile() {
+	local c=$1 want=$2 st
+	timeout 60 "$hostile" "$c" $dutip $port >"$TEST_TMP/hostile" 2>&1
+	st=$?
+	port=$((port + 1))
+	if [ "$st" = 0 ] || { [ "$want" = segv ] && [ "$st" = 139 ]; }; then
+		tap_ok "hostile user: $c"
+	else
+		tap_fail "hostile user: $c" "exit status $st" "$(tail -n 10 "$TEST_TMP/hostile")"
+	fi
+}
+hostile_cases=(sqe-opcode sqe-nsge7 sqe-nsge255 sqe-len-overflow sqe-inline-81 sqe-read-inline
+	sqe-bad-lkey sqe-flip rqe-nsge9 cq-overflow exit-inflight fork munmap-mr)
+for c in "${hostile_cases[@]}"; do
+	if rsiw_is_reference; then
+		tap_skip "hostile user: $c" "the completion statuses are rsiw's contract"
+	else
+		hostile "$c" exit
+	fi
+done
+if rsiw_is_reference; then
+	tap_skip "hostile user: unmap-rings" "rsiw's contract"
+else
+	hostile unmap-rings segv
+fi
+
+# Every process exited: nothing of theirs is left on either device.
+for d in $dut $ref; do
+	for r in qp cq mr pd; do
+		left=$(rdma resource show "$r" 2>&1 | grep -E "^(dev|link) $d[/ ]")
+		tap_result "$([ -z "$left" ]; echo $?)" "no $r left on $d" "$left"
+	done
+done
+
+# Device removal while processes hold contexts, QPs and mappings: rping pairs
+# in mid-ping get the device's removal, exit, and the removal completes.
+# rping_pair: start a long rping server and client on $dut; $srv_pid and
+# $cli_pid name them.
+rping_pair() {
+	rping -s -a $dutip -p $port -S 64 -C 1000000 >"$TEST_TMP/rs" 2>&1 &
+	srv_pid=$!
+	wait_for 30 listening $port
+	rping -c -a $dutip -p $port -S 64 -C 1000000 >"$TEST_TMP/rc" 2>&1 &
+	cli_pid=$!
+	port=$((port + 1))
+	# Connected once the device has both QPs.
+	wait_for 30 qps_on $dut 2
+}
+
+# qps_on DEV N: whether DEV has at least N QPs.
+qps_on() {
+	[ "$(rdma resource show qp 2>/dev/null | grep -cE "^link $1/")" -ge "$2" ]
+}
+
+# exited PID...: whether none of the processes runs any more.
+exited() {
+	local p
+	for p in "$@"; do
+		kill -0 "$p" 2>/dev/null && return 1
+	done
+	return 0
+}
+
+rping_pair
+tap_check "rdma link delete $dut with two rping processes on it" timeout 60 rdma link delete $dut
+tap_wait "both rping processes exit" 30 exited $srv_pid $cli_pid
+kill $srv_pid $cli_pid 2>/dev/null
+wait $srv_pid $cli_pid 2>/dev/null
+tap_check "rdma link add $dut again" rdma link add $dut type "$RSIW_LINK_TYPE" netdev $dutnd
+if rsiw_is_reference; then
+	tap_skip "modprobe -r with rping processes on a device" "siw serves the reference device too"
+else
+	rping_pair
+	tap_check "modprobe -r $RSIW_MODULE with two rping processes on $dut" timeout 120 modprobe -r "$RSIW_MODULE"
+	tap_wait "both rping processes exit" 30 exited $srv_pid $cli_pid
+	kill $srv_pid $cli_pid 2>/dev/null
+	wait $srv_pid $cli_pid 2>/dev/null
+fi
+
+tap_done

@@ -27,7 +27,7 @@
 # Environment: TESTS (glob on the test name, default *), PAIR_SELFTESTS_DIR
 # (where the tests are, default selftests/pair), RSIW_KO and ULP_KO
 # (the modules; copied into the run directory first), the tests' knobs
-# INTEROP_*, NFS_* and NVME_* (passed to both halves), PAIR_VM_CPUS (vCPUs per
+# INTEROP_*, NFS_*, NVME_* and USER_* (passed to both halves), PAIR_VM_CPUS (vCPUs per
 # VM, default 1: two TCG guests share the host), PAIR_VM_MEMORY (default 4G,
 # as for one VM: with 2G the tests ran slower), VM_BOOT_TIMEOUT (s, default 300),
 # VM_TEST_SLACK (s a test may overrun its own timeout, default 120),
@@ -170,9 +170,10 @@ boot_vm() {
 		PAIR_PEER_ADDR="${ADDR[$([ "$role" = a ] && echo b || echo a)]}"
 		PAIR_SYNC="$run/sync" PAIR_RESULTS="$run/$role")
 	env_args+=(RSIW_KO="$RSIW_KO" ULP_KO="$ULP_KO" VM_TIMEOUT_SCALE="$VM_TIMEOUT_SCALE")
-	# The tests' knobs (INTEROP_MODES, NFS_*, NVME_*: see the tests), to both halves alike.
+	# The tests' knobs (INTEROP_MODES, NFS_*, NVME_*, USER_*: see the tests), to both halves
+	# alike.
 	local v
-	for v in $(compgen -v | grep -E '^(INTEROP|NFS|NVME)_'); do
+	for v in $(compgen -v | grep -E '^(INTEROP|NFS|NVME|USER)_'); do
 		env_args+=("$v=${!v}")
 	done
 	printf '%s\n' "${env_args[@]}" >"$run/$role/env"

@@ -11,7 +11,7 @@
 # failed, K skipped", counting test files and skipped checks. Exits non-zero
 # on any failure. Logs stay in results/<run>/ (results/latest points at the newest).
 # Environment: TESTS (glob on the test name without .sh), RSIW_MODULE,
-# RSIW_LINK_TYPE, RSIW_KO and the tests' size knobs NFS_*, NVME_*, FLOOD_*,
+# RSIW_LINK_TYPE, RSIW_KO and the tests' size knobs NFS_*, NVME_*, FLOOD_*, USER_*,
 # ZERO_WINDOW_*, UNLOAD_*, FAULT_*, HOG_* and PRESSURE_* (passed to the tests), SELFTESTS_DIR (where the
 # tests are, default selftests/), VM_BOOT_TIMEOUT (s, default 300),
 # VM_TEST_SLACK (s a test may overrun its own timeout before the VM is
@@ -235,9 +235,9 @@ total=${VM_TOTAL_TIMEOUT:-$total}
 echo "# vm: $(basename "$kdir"), TCG, $VM_CPUS cpus, $VM_MEMORY; ${#tests[@]} test(s); module ${RSIW_MODULE:-rsiw}, link type ${RSIW_LINK_TYPE:-rsiw}; logs in ${run#"$RSIW_ROOT"/}"
 env_args=()
 # The tests' size knobs (NFS_*, NVME_*, FLOOD_*, ZERO_WINDOW_*, UNLOAD_*,
-# FAULT_*, HOG_*, PRESSURE_*, LINK_*, SOAK_*: see the tests) go along too.
+# FAULT_*, HOG_*, PRESSURE_*, LINK_*, SOAK_*, USER_*: see the tests) go along too.
 for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO VM_TIMEOUT_SCALE \
-	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE|LINK|SOAK)_'); do
+	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE|LINK|SOAK|USER)_'); do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
 done
 vm_lock

@@ -34,6 +34,8 @@ if [ "${CHECK_FULL:-0}" = 1 ]; then
 	export FAULT_SECS=${FAULT_SECS:-120}
 	export NFS_FAULT_NETEM=${NFS_FAULT_NETEM:-loss 1%;loss 5%;delay 10ms reorder 25%;duplicate 1%;delay 20ms 10ms;corrupt 0.1%}
 	export FAULT_MB=${FAULT_MB:-64}
+	export USER_FULL=${USER_FULL:-1} USER_PERF_ITERS=${USER_PERF_ITERS:-1000}
+	export USER_PING_COUNT=${USER_PING_COUNT:-200}
 	CHECK_BUDGET=${CHECK_BUDGET:-14400}
 fi
 

@@ -7,7 +7,7 @@ set -euo pipefail
 apt_packages=(
 	linux-source-6.12 clang lld llvm bc bison flex libelf-dev libssl-dev cpio kmod
 	dwarves pahole zstd xz-utils python3-venv qemu-system-x86 busybox-static iproute2
-	rdma-core ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev tshark python3-crcmod
+	rdma-core ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs tshark python3-crcmod
 	nfs-kernel-server nfs-common rpcbind nvme-cli fio iperf3
 )
 

@@ -2,10 +2,12 @@
 # User-space verbs through rdma-core's unmodified libsiw, between processes of
 # this VM: rping (data validated), ucmatose, rdma_server/rdma_client, rsockets
 # (riostream, data verified) and perftest over rdma_cm (ib_write_bw,
-# ib_read_bw, ib_send_bw, ib_send_lat). Each runs for the pairs rsiw-rsiw,
-# rsiw-siw and siw-rsiw (server first), and siw-siw as the reference: the
-# device under test on one dummy netdev, a C siw device on another; a client
-# binds the address of its device, and the TCP connection crosses loopback.
+# ib_read_bw, ib_send_bw, with a shared receive queue too, ib_send_lat). Each
+# runs for rsiw with itself, and rping, rsockets and the bandwidth tests for
+# rsiw-siw and siw-rsiw (server first); USER_FULL=1 runs every tool for those
+# pairs and for siw-siw, the reference. The device under test sits on one
+# dummy netdev, a C siw device on another; a client binds the address of its
+# device, and the TCP connection crosses loopback.
 # Then selftests/user/hostile_user.c, which writes libsiw's rings behind its
 # back: bad send entries (opcode, 7 and 255 SGEs, lengths that overflow, 81
 # inline bytes, inline Read, unknown lkey) each complete with their error and
@@ -129,6 +131,10 @@ for p in "${pairs[@]}"; do
 		tap_diag "$(grep -E '^[[:space:]]*65536' "$TEST_TMP/client")"
 	done
 	((all)) || continue
+	serve "$name: ib_send_bw -R --use-srq (a shared receive queue), $USER_PERF_ITERS x 4096 bytes" -- \
+		ib_send_bw -R -F --use-srq -r 64 -d "$sdev" -p "$port" -s 4096 -n "$USER_PERF_ITERS" -- \
+		ib_send_bw -R -F --use-srq -r 64 -d "$cdev" -p "$port" -s 4096 -n "$USER_PERF_ITERS" \
+		--source_ip "$cip" "$sip"
 	serve "$name: ib_send_lat -R, 64 bytes" -- \
 		ib_send_lat -R -F -d "$sdev" -p "$port" -s 64 -n "$USER_PERF_ITERS" -- \
 		ib_send_lat -R -F -d "$cdev" -p "$port" -s 64 -n "$USER_PERF_ITERS" --source_ip "$cip" "$sip"

@@ -342,11 +342,11 @@ impl rdma_dev::Driver for Rsiw {
     fn create_srq(
         pd: &Pd<Self>,
         attr: &mut SrqInitAttr,
-        _udata: &mut UserData<'_>,
+        udata: &mut UserData<'_>,
     ) -> Result<impl PinInit<SrqData, Error>> {
         let dev = pd.device();
         take_slot(&dev.data().num_srq, srq::MAX_SRQ)?;
-        srq::create(pd, attr).inspect_err(|_| {
+        srq::create(pd, attr, udata).inspect_err(|_| {
             dev.data().num_srq.fetch_sub(1, Ordering::AcqRel);
         })
     }

@@ -15,6 +15,10 @@
 //! SRQ lock. The limit event is reported once both are released (by the QP's deferred upcalls,
 //! see `qp::Locked`).
 //!
+//! A user SRQ's work requests are in a ring user space writes ([`crate::uabi`]); a QP takes the
+//! next valid entry from it the same way, and the limit event comes when the entry `limit`
+//! places ahead is not valid (fewer than the limit remain), as in the C siw.
+//!
 //! Lifetime: the SRQ's state is an [`Arc<SrqQueue>`] that every QP created on the SRQ holds
 //! until it is destroyed; the RDMA core also refuses to destroy an SRQ while a QP uses it.
 
@@ -24,6 +28,7 @@ use crate::{
     device::Rsiw,
     qp::{self, RecvEntry},
     ring::Ring,
+    uabi,
 };
 use kernel::{
     irqlock::SpinLockIrq,
@@ -33,6 +38,7 @@ use kernel::{
         eopnotsupp,
         qp::RecvWr,
         srq::{Srq, SrqAttr, SrqInitAttr, SrqModify},
+        udata::UserData,
         verbs::{Pd, PdId},
     },
     sync::Arc,
@@ -54,6 +60,10 @@ pub(crate) struct SrqData {
 pub(crate) struct SrqQueue {
     /// Number of work requests the SRQ holds.
     max_wr: u32,
+    /// Most SGEs of a work request.
+    max_sge: u32,
+    /// A user SRQ's ring (its work requests are there, not in [`SrqInner::rq`]).
+    user: Option<uabi::RqRing>,
     /// The SRQ's PD (its address, as the STag table identifies PDs): the lkeys of the work
     /// requests' SGEs are checked against it, not against the PD of the QP that fills them.
     pd: PdId,
@@ -67,6 +77,8 @@ pub(crate) struct SrqQueue {
 /// under it.
 struct SrqInner {
     rq: Ring<RecvEntry>,
+    /// A user SRQ's position in its ring: the next entry to take.
+    user_next: u32,
     /// The armed limit: when a work request is taken and fewer than this remain,
     /// `IB_EVENT_SRQ_LIMIT_REACHED` is reported once and the limit disarmed (set to 0).
     limit: u32,
@@ -76,36 +88,62 @@ struct SrqInner {
 pub(crate) struct Taken {
     /// The work request, if one was queued.
     pub(crate) entry: Option<RecvEntry>,
+    /// The id of a user work request that was taken but cannot be used (too many SGEs): it
+    /// completes with `IB_WC_LOC_QP_OP_ERR` on the taking QP, and `entry` is `None`.
+    pub(crate) invalid: Option<u64>,
     /// Taking it crossed the armed limit: report `IB_EVENT_SRQ_LIMIT_REACHED` (without locks).
     pub(crate) limit_reached: bool,
 }
 
-/// Validates a create request, fits `attr` to what the SRQ provides, and builds its data.
-pub(crate) fn create(pd: &Pd<Rsiw>, attr: &mut SrqInitAttr) -> Result<SrqData> {
-    if attr.user {
-        // The user-space (libsiw) SRQ ring ABI is not implemented.
-        return Err(eopnotsupp());
-    }
+/// Validates a create request, fits `attr` to what the SRQ provides, and builds its data. A user
+/// SRQ gets a ring of a power-of-two size its context maps, described in the response to
+/// `udata`.
+pub(crate) fn create(
+    pd: &Pd<Rsiw>,
+    attr: &mut SrqInitAttr,
+    udata: &mut UserData<'_>,
+) -> Result<SrqData> {
     if !attr.basic {
         // XRC and tag-matching SRQs do not exist in iWARP.
         return Err(eopnotsupp());
     }
+    let max_sge = if attr.user {
+        uabi::MAX_SGE
+    } else {
+        qp::MAX_SGE
+    };
     if attr.max_wr == 0
         || attr.max_wr > MAX_SRQ_WR
-        || attr.max_sge > qp::MAX_SGE
+        || attr.max_sge > max_sge
         || attr.srq_limit > attr.max_wr
     {
         return Err(EINVAL);
     }
-    // The ring holds exactly `max_wr`; every work request may have up to `MAX_SGE` SGEs.
-    attr.max_sge = qp::MAX_SGE;
+    // The ring holds exactly `max_wr`; every work request may have up to `max_sge` SGEs.
+    attr.max_sge = max_sge;
+    let (user, kernel_wr) = if attr.user {
+        // At most `MAX_SRQ_WR`, a power of two.
+        attr.max_wr = attr.max_wr.next_power_of_two();
+        let (ring, key) = uabi::RqRing::new(udata, attr.max_wr)?;
+        // `struct siw_uresp_create_srq { u32 num_rqe; u32 pad; u64 srq_key; }`
+        let mut resp = [0u8; 16];
+        resp[..4].copy_from_slice(&attr.max_wr.to_ne_bytes());
+        resp[8..].copy_from_slice(&key.to_ne_bytes());
+        udata.respond(&resp)?;
+        (Some(ring), 1)
+    } else {
+        (None, attr.max_wr)
+    };
     let inner = SrqInner {
-        rq: Ring::new(attr.max_wr)?,
+        rq: Ring::new(kernel_wr)?,
+        user_next: 0,
         limit: attr.srq_limit,
     };
     let queue = Arc::pin_init(
         try_pin_init!(SrqQueue {
             max_wr: attr.max_wr,
+            max_sge,
+            user,
             pd: pd.id(),
             inner <- new_spinlock_irq!(inner, "rsiw::SrqQueue::inner"),
         }),
@@ -123,6 +161,10 @@ impl SrqQueue {
     /// `ib_post_srq_recv` for one work request: queues a copy of it, or fails with `ENOMEM`
     /// when the SRQ is full (and `EINVAL` for too many SGEs).
     pub(crate) fn post(&self, wr: &RecvWr<'_>) -> Result {
+        if self.user.is_some() {
+            // User space writes its ring.
+            return Err(EINVAL);
+        }
         let (sges, num_sge) = qp::copy_sges(wr.sges, qp::MAX_SGE)?;
         let entry = RecvEntry {
             wr_id: wr.wr_id,
@@ -136,15 +178,34 @@ impl SrqQueue {
     /// caller holds that QP's lock (lock order: QP, then SRQ).
     pub(crate) fn take(&self) -> Taken {
         let mut g = self.inner.lock();
-        let entry = g.rq.pop();
-        let left = g.rq.len();
-        let limit_reached =
-            entry.is_some() && g.limit != 0 && u32::try_from(left).is_ok_and(|n| n < g.limit);
+        let (entry, invalid, below_limit) = match &self.user {
+            None => {
+                let entry = g.rq.pop();
+                let left = g.rq.len();
+                let below = u32::try_from(left).is_ok_and(|n| n < g.limit);
+                (entry, None, below)
+            }
+            Some(ring) => match ring.take(g.user_next) {
+                None => (None, None, false),
+                Some(copy) => {
+                    g.user_next = g.user_next.wrapping_add(1);
+                    // Fewer than `limit` remain if the one `limit` places on is not posted.
+                    let below = g.limit != 0
+                        && !ring.is_posted(g.user_next.wrapping_add(g.limit.wrapping_sub(1)));
+                    match uabi::parse_rqe(&copy) {
+                        Some(r) => (Some(r), None, below),
+                        None => (None, Some(uabi::entry_id(&copy)), below),
+                    }
+                }
+            },
+        };
+        let limit_reached = (entry.is_some() || invalid.is_some()) && g.limit != 0 && below_limit;
         if limit_reached {
             g.limit = 0;
         }
         Taken {
             entry,
+            invalid,
             limit_reached,
         }
     }
@@ -174,7 +235,7 @@ impl SrqQueue {
     pub(crate) fn query(&self) -> SrqAttr {
         SrqAttr {
             max_wr: self.max_wr,
-            max_sge: qp::MAX_SGE,
+            max_sge: self.max_sge,
             srq_limit: self.inner.lock().limit,
         }
     }

@@ -9,7 +9,7 @@
 #![deny(unsafe_code)]
 
 use crate::qp::{InlineData, RecvEntry, SendEntry, SendKind, MAX_INLINE as KERNEL_MAX_INLINE};
-use core::sync::atomic::Ordering;
+use core::{num::NonZeroU32, sync::atomic::Ordering};
 use kernel::{
     prelude::*,
     rdma::{
@@ -106,15 +106,21 @@ impl<const N: usize> EntryCopy<N> {
 /// A ring of work request entries of `N` words that user space fills and rsiw takes from.
 pub(crate) struct WqRing<const N: usize> {
     mem: UserMapped,
-    size: u32,
+    size: NonZeroU32,
 }
 
 impl<const N: usize> WqRing<N> {
     /// A ring of `size` zeroed (invalid) entries in memory `udata`'s context may map; also
     /// returns the key user space maps it with.
     pub(crate) fn new(udata: &kernel::rdma::udata::UserData<'_>, size: u32) -> Result<(Self, u64)> {
-        let (mem, key) = UserMapped::new(udata, ring_bytes(size, N)?)?;
+        let size = NonZeroU32::new(size).ok_or(EINVAL)?;
+        let (mem, key) = UserMapped::new(udata, ring_bytes(size.get(), N)?)?;
         Ok((Self { mem, size }, key))
+    }
+
+    /// Where the entry at position `pos` starts, in bytes.
+    fn slot(&self, pos: u32) -> Option<usize> {
+        ((pos % self.size) as usize).checked_mul(N * 8)
     }
 
     /// Takes the entry at position `pos` if user space marked it valid: copies it, then hands
@@ -124,7 +130,7 @@ impl<const N: usize> WqRing<N> {
     /// libsiw marks an entry valid before it looks whether the previous one was taken (to
     /// decide on a doorbell): one of the two always sees the other's write.
     pub(crate) fn take(&self, pos: u32) -> Option<EntryCopy<N>> {
-        let base = (pos % self.size) as usize * N * 8;
+        let base = self.slot(pos)?;
         let flags = self
             .mem
             .load_u16(base + WQE_FLAGS_AT, Ordering::SeqCst)
@@ -133,8 +139,8 @@ impl<const N: usize> WqRing<N> {
             return None;
         }
         let mut words = [0u64; N];
-        for (i, w) in words.iter_mut().enumerate() {
-            *w = self.mem.read_u64(base + 8 * i).ok()?;
+        for (off, w) in (base..).step_by(8).zip(words.iter_mut()) {
+            *w = self.mem.read_u64(off).ok()?;
         }
         self.mem
             .store_u16(base + WQE_FLAGS_AT, 0, Ordering::SeqCst)
@@ -144,15 +150,16 @@ impl<const N: usize> WqRing<N> {
 
     /// Whether the slot at position `pos` holds a valid entry.
     pub(crate) fn is_posted(&self, pos: u32) -> bool {
-        let base = (pos % self.size) as usize * N * 8;
-        self.mem
-            .load_u16(base + WQE_FLAGS_AT, Ordering::SeqCst)
-            .is_ok_and(|f| f & WQE_VALID != 0)
+        self.slot(pos).is_some_and(|base| {
+            self.mem
+                .load_u16(base + WQE_FLAGS_AT, Ordering::SeqCst)
+                .is_ok_and(|f| f & WQE_VALID != 0)
+        })
     }
 
     /// The number of entries.
     pub(crate) fn size(&self) -> u32 {
-        self.size
+        self.size.get()
     }
 }
 
@@ -259,7 +266,7 @@ pub(crate) fn entry_id<const N: usize>(c: &EntryCopy<N>) -> u64 {
 /// A user CQ's entries and its control word, behind the CQ's lock.
 pub(crate) struct CqRing {
     mem: UserMapped,
-    size: u32,
+    size: NonZeroU32,
     /// Where the next completion goes (user space polls from its own position).
     put: u32,
 }
@@ -293,7 +300,8 @@ impl CqRing {
     /// A CQ ring of `size` entries in memory `udata`'s context may map; also returns the key
     /// user space maps it with.
     pub(crate) fn new(udata: &kernel::rdma::udata::UserData<'_>, size: u32) -> Result<(Self, u64)> {
-        let bytes = (size as usize)
+        let size = NonZeroU32::new(size).ok_or(EINVAL)?;
+        let bytes = (size.get() as usize)
             .checked_mul(CQE_BYTES)
             .and_then(|b| b.checked_add(CQ_CTRL_BYTES))
             .ok_or(EINVAL)?;
@@ -305,7 +313,9 @@ impl CqRing {
     /// yet (an overflow: the completion is lost), else whether the CQ was armed for it; arming
     /// is one-shot, so the control word is cleared then.
     pub(crate) fn push(&mut self, wc: &WorkCompletion, solicited: bool) -> Result<bool, ()> {
-        let base = (self.put % self.size) as usize * CQE_BYTES;
+        let base = ((self.put % self.size) as usize)
+            .checked_mul(CQE_BYTES)
+            .ok_or(())?;
         let m = &self.mem;
         let busy = m
             .load_u8(base + CQE_FLAGS_AT, Ordering::Acquire)
@@ -332,7 +342,8 @@ impl CqRing {
         m.store_u8(base + CQE_FLAGS_AT, flags, Ordering::SeqCst)
             .map_err(|_| ())?;
         self.put = self.put.wrapping_add(1);
-        let ctrl = self.size as usize * CQE_BYTES;
+        // Inside the region: `new` sized it to hold this.
+        let ctrl = (self.size.get() as usize).saturating_mul(CQE_BYTES);
         let armed = m.load_u32(ctrl, Ordering::SeqCst).unwrap_or(0);
         let wanted = armed & NOTIFY_NEXT_COMPLETION != 0
             || (armed & NOTIFY_SOLICITED != 0 && (solicited || wc.status != WcStatus::Success));

@@ -450,29 +450,14 @@ pub(crate) fn create(
         (None, None)
     };
     let cap = *c;
-    let inner = QpInner {
-        state: QpState::Reset,
-        access: 0,
-        ord: MAX_IRD_ORD,
-        ird: MAX_IRD_ORD,
-        sq: crate::ring::Ring::new(cap.max_send_wr)?,
-        sent: crate::ring::Ring::new(cap.max_send_wr)?,
-        rq: crate::ring::Ring::new(cap.max_recv_wr)?,
-        orq: crate::ring::Ring::new(MAX_IRD_ORD)?,
-        irq: crate::ring::Ring::new(MAX_IRD_ORD)?,
-        cur_recv: None,
-        link: None,
-        sess: None,
-        rx_scheduled: false,
-        rx_again: false,
-        up_send: cq::Upcalls::default(),
-        up_recv: cq::Upcalls::default(),
-        up_event: None,
-        up_srq_limit: false,
-        up_retired: None,
-        user_sq_next: 0,
-        user_rq_next: 0,
-    };
+    // The queues are allocated here (fallibly); the rest of the state is built in place by the
+    // initializer, so that no caller's frame holds a whole `QpInner` (sessions are large) on
+    // the way: ULPs create QPs deep in their own call chains.
+    let sq = crate::ring::Ring::new(cap.max_send_wr)?;
+    let sent = crate::ring::Ring::new(cap.max_send_wr)?;
+    let rq = crate::ring::Ring::new(cap.max_recv_wr)?;
+    let orq = crate::ring::Ring::new(MAX_IRD_ORD)?;
+    let irq = crate::ring::Ring::new(MAX_IRD_ORD)?;
     let sig_all = attr.sig_all;
     let outbox = tx::Outbox::new()?;
     let init = try_pin_init!(QpData {
@@ -480,7 +465,32 @@ pub(crate) fn create(
         sig_all,
         user,
         srq,
-        inner <- new_spinlock_irq!(inner, "rsiw::QpData::inner"),
+        inner <- new_spinlock_irq!(
+            QpInner {
+                state: QpState::Reset,
+                access: 0,
+                ord: MAX_IRD_ORD,
+                ird: MAX_IRD_ORD,
+                sq,
+                sent,
+                rq,
+                orq,
+                irq,
+                cur_recv: None,
+                link: None,
+                sess: None,
+                rx_scheduled: false,
+                rx_again: false,
+                up_send: cq::Upcalls::default(),
+                up_recv: cq::Upcalls::default(),
+                up_event: None,
+                up_srq_limit: false,
+                up_retired: None,
+                user_sq_next: 0,
+                user_rq_next: 0,
+            },
+            "rsiw::QpData::inner"
+        ),
         outbox <- new_mutex!(outbox, "rsiw::QpData::outbox"),
         tx_work <- kernel::new_qp_work!(tx::run, "rsiw::QpData::tx_work"),
         rx_work <- kernel::new_qp_work!(rx::rx_work, "rsiw::QpData::rx_work"),
@@ -805,6 +815,12 @@ fn take_srq_recv(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Option<RecvEntry> {
     let srq = qp.data().srq.as_ref()?;
     let t = srq.take();
     inner.up_srq_limit |= t.limit_reached;
+    if let Some(wr_id) = t.invalid {
+        // A user SRQ's entry this QP took but cannot use; the message then finds no receive.
+        let mut wc = flush_wc(qp, wr_id, WcOpcode::Recv);
+        wc.status = WcStatus::LocQpOpErr;
+        inner.up_recv.add(cq::queue(qp.recv_cq(), wc, false));
+    }
     t.entry
 }
 
@@ -875,7 +891,14 @@ pub(crate) fn doorbell(qp: &Qp<Rsiw>) -> Result {
     match inner.state {
         QpState::Rts => {
             pull_user_sq(qp, &mut inner);
-            tx::kick(qp);
+            drop(inner);
+            // Transmit in the caller's context, as the C siw does for user QPs: no hand-over
+            // to the work item, whose wake-up would add to every message's latency. What
+            // TCP cannot take now goes on from `write_space`, as always.
+            match qp.get_ref() {
+                Some(r) => tx::run(r),
+                None => tx::kick(qp),
+            }
             Ok(())
         }
         QpState::Error => {

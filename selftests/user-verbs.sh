@@ -34,6 +34,8 @@ USER_FULL=${USER_FULL:-0}
 dut=uv0 dutnd=uvd0 dutmac=02:52:53:49:57:50 dutip=198.18.50.1
 ref=uvsiw0 refnd=uvd1 refmac=02:52:53:49:57:51 refip=198.18.51.1
 
+# siw, loaded here beside the driver under test, goes after the devices.
+trap 'cleanup; modprobe -r siw 2>/dev/null' EXIT
 tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
 if ! rsiw_is_reference; then
 	tap_check "load siw" modprobe siw || tap_bail "cannot load siw"

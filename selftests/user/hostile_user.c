@@ -299,15 +299,17 @@ static void put_sqe(unsigned int pos, uint64_t id, uint16_t flags, uint8_t nsge,
 
 /*
  * A good RDMA Write, then one that is rewritten into a bad entry before the
- * kernel takes it, then another good one: the bad one completes with `want`,
- * the good ones succeed.
+ * kernel takes it, then (if `works_on`) another good one: the bad one completes
+ * with `want`, the good ones succeed. An entry that names memory it may not use
+ * fails its QP too (its message is cut short on the wire): then the next one is
+ * flushed.
  *
  * libsiw rings the doorbell only if the slot before its new entry is free, so
  * marking that (already taken) slot valid again keeps the kernel away while
  * the entry is rewritten; then the slot is freed and the doorbell rung by hand.
  */
 static int bad_sqe(uint16_t flags, uint8_t nsge, uint8_t op, const uint32_t *lens, int nlens,
-		   uint32_t lkey, enum ibv_wc_status want)
+		   uint32_t lkey, enum ibv_wc_status want, int works_on)
 {
 	struct ibv_wc wc;
 	unsigned int slot;
@@ -327,9 +329,10 @@ static int bad_sqe(uint16_t flags, uint8_t nsge, uint8_t op, const uint32_t *len
 	if (wc.wr_id != 0xbad || wc.status != want)
 		die(1, "bad entry: wr %llx, %s, expected %s", (unsigned long long)wc.wr_id,
 		    ibv_wc_status_str(wc.status), ibv_wc_status_str(want));
-	if (post_write(&cl, &sv, 3, 4096, 0) || poll_n(cl.scq, &wc, 1) != 1 ||
-	    wc.wr_id != 3 || wc.status != IBV_WC_SUCCESS)
-		die(1, "the QP did not work on after the bad entry");
+	if (post_write(&cl, &sv, 3, 4096, 0) || poll_n(cl.scq, &wc, 1) != 1 || wc.wr_id != 3)
+		die(1, "no completion for the entry after the bad one");
+	if (wc.status != (works_on ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR))
+		die(1, "the entry after the bad one: %s", ibv_wc_status_str(wc.status));
 	return 0;
 }
 
@@ -512,19 +515,19 @@ int main(int argc, char **argv)
 	case_name = argv[1];
 	connect_sides(argv[2], argv[3]);
 	if (!strcmp(case_name, "sqe-opcode"))
-		return bad_sqe(0, 1, 200, one, 1, cl.mr->lkey, IBV_WC_LOC_QP_OP_ERR);
+		return bad_sqe(0, 1, 200, one, 1, cl.mr->lkey, IBV_WC_LOC_QP_OP_ERR, 1);
 	if (!strcmp(case_name, "sqe-nsge7"))
-		return bad_sqe(0, 7, OP_WRITE, one, 1, cl.mr->lkey, IBV_WC_LOC_QP_OP_ERR);
+		return bad_sqe(0, 7, OP_WRITE, one, 1, cl.mr->lkey, IBV_WC_LOC_QP_OP_ERR, 1);
 	if (!strcmp(case_name, "sqe-nsge255"))
-		return bad_sqe(0, 255, OP_WRITE, one, 1, cl.mr->lkey, IBV_WC_LOC_QP_OP_ERR);
+		return bad_sqe(0, 255, OP_WRITE, one, 1, cl.mr->lkey, IBV_WC_LOC_QP_OP_ERR, 1);
 	if (!strcmp(case_name, "sqe-len-overflow"))
-		return bad_sqe(0, 2, OP_WRITE, huge, 2, cl.mr->lkey, IBV_WC_LOC_LEN_ERR);
+		return bad_sqe(0, 2, OP_WRITE, huge, 2, cl.mr->lkey, IBV_WC_LOC_LEN_ERR, 1);
 	if (!strcmp(case_name, "sqe-inline-81"))
-		return bad_sqe(WQE_INLINE, 0, OP_WRITE, long_inline, 1, 0, IBV_WC_LOC_QP_OP_ERR);
+		return bad_sqe(WQE_INLINE, 0, OP_WRITE, long_inline, 1, 0, IBV_WC_LOC_QP_OP_ERR, 1);
 	if (!strcmp(case_name, "sqe-read-inline"))
-		return bad_sqe(WQE_INLINE, 0, OP_READ, one, 1, 0, IBV_WC_LOC_QP_OP_ERR);
+		return bad_sqe(WQE_INLINE, 0, OP_READ, one, 1, 0, IBV_WC_LOC_QP_OP_ERR, 1);
 	if (!strcmp(case_name, "sqe-bad-lkey"))
-		return bad_sqe(0, 1, OP_WRITE, one, 1, 0x12345678, IBV_WC_LOC_PROT_ERR);
+		return bad_sqe(0, 1, OP_WRITE, one, 1, 0x12345678, IBV_WC_LOC_PROT_ERR, 0);
 	if (!strcmp(case_name, "sqe-flip"))
 		return flip_sqes();
 	if (!strcmp(case_name, "rqe-nsge9"))

@@ -467,7 +467,9 @@ pub(crate) fn create(
         srq,
         inner <- new_spinlock_irq!(
             QpInner {
-                state: QpState::Reset,
+                // iWARP's one idle state, which verbs call INIT: a new QP reports INIT, as
+                // the C siw's do and rdma-core's tests expect of an RNIC.
+                state: QpState::Init,
                 access: 0,
                 ord: MAX_IRD_ORD,
                 ird: MAX_IRD_ORD,
@@ -588,7 +590,9 @@ pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
             | (QpState::Init | QpState::Rtr, QpState::Rtr) => {
                 inner.state = to;
             }
-            (QpState::Error | QpState::Reset, QpState::Reset) => inner.state = QpState::Reset,
+            (QpState::Error | QpState::Reset | QpState::Init, QpState::Reset) => {
+                inner.state = QpState::Reset
+            }
             // RTS is reached only through the connection manager; the consumer closes a
             // connected QP with SQD (graceful) or ERROR (abortive). Without a connection, a
             // graceful close is immediate.

@@ -598,8 +598,9 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
             }
             Err(BuildError::Local) => {
                 // The work request names memory it may not use: it fails, and the QP with it
-                // (the message is cut short on the wire, so the stream cannot go on).
-                pr_info!(
+                // (the message is cut short on the wire, so the stream cannot go on). Rate
+                // limited: a user process can post such work requests.
+                kernel::pr_info_ratelimited!(
                     "{}: QP {}: send work request with an invalid local buffer\n",
                     qp.device().name(),
                     qp.qpn()

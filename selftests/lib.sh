@@ -314,6 +314,31 @@ rdma_link_add() {
 	_links+=("$1")
 }
 
+# beside_siw DEV ND MAC IP SIW_DEV SIW_ND SIW_MAC SIW_IP: load the driver under
+# test and the C siw, and make DEV (type $RSIW_LINK_TYPE) on dummy netdev ND
+# and SIW_DEV (type siw) on dummy SIW_ND, each with its address (/24), as
+# checks; bails out if any step fails. siw is unloaded at exit, after the
+# devices (this sets the EXIT trap).
+beside_siw() {
+	trap 'cleanup; modprobe -r siw 2>/dev/null' EXIT
+	tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
+	if ! rsiw_is_reference; then
+		tap_check "load siw" modprobe siw || tap_bail "cannot load siw"
+	fi
+	tap_check "dummy $2 ($4)" netdev_dummy "$2" "$3" "$4/24" || tap_bail "no netdev"
+	tap_check "dummy $6 ($8)" netdev_dummy "$6" "$7" "$8/24" || tap_bail "no netdev"
+	tap_check "rdma link add $1 type $RSIW_LINK_TYPE" rdma_link_add "$1" "$2" || tap_bail "no device"
+	tap_check "rdma link add $5 type siw" rdma link add "$5" type siw netdev "$6" ||
+		tap_bail "no siw device"
+	_links+=("$5")
+}
+
+# tcp_listening PORT: whether a TCP socket listens on PORT (an iWARP listener
+# is one).
+tcp_listening() {
+	ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
+}
+
 # rdma_link_del NAME: rdma link delete NAME.
 rdma_link_del() {
 	rdma link delete "$1"

@@ -17,20 +17,7 @@ ref=pvsiw0 refnd=pvd1 refmac=02:52:53:49:57:61 refip=198.18.61.1
 # Debian's interpreter: pyverbs is installed for it, not for others on PATH.
 [ -f "$src/run_tests.py" ] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/null ||
 	tap_bail "no pyverbs for /usr/bin/python3 or no $src/run_tests.py (python3-pyverbs)"
-# siw, loaded here beside the driver under test, goes after the devices.
-trap 'cleanup; modprobe -r siw 2>/dev/null' EXIT
-tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
-if ! rsiw_is_reference; then
-	tap_check "load siw" modprobe siw || tap_bail "cannot load siw"
-fi
-tap_check "dummy $dutnd ($dutip)" netdev_dummy $dutnd $dutmac $dutip/24 || tap_bail "no netdev"
-tap_check "dummy $refnd ($refip)" netdev_dummy $refnd $refmac $refip/24 || tap_bail "no netdev"
-tap_check "rdma link add $dut type $RSIW_LINK_TYPE" rdma_link_add $dut $dutnd || tap_bail "no device"
-if tap_check "rdma link add $ref type siw" rdma link add $ref type siw netdev $refnd; then
-	_links+=("$ref")
-else
-	tap_bail "no siw device"
-fi
+beside_siw $dut $dutnd $dutmac $dutip $ref $refnd $refmac $refip
 
 suite=$TEST_TMP/tests
 cp -r "$src" "$suite" && gunzip -f "$suite"/*.gz || tap_bail "cannot unpack the suite"

@@ -34,20 +34,7 @@ USER_FULL=${USER_FULL:-0}
 dut=uv0 dutnd=uvd0 dutmac=02:52:53:49:57:50 dutip=198.18.50.1
 ref=uvsiw0 refnd=uvd1 refmac=02:52:53:49:57:51 refip=198.18.51.1
 
-# siw, loaded here beside the driver under test, goes after the devices.
-trap 'cleanup; modprobe -r siw 2>/dev/null' EXIT
-tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
-if ! rsiw_is_reference; then
-	tap_check "load siw" modprobe siw || tap_bail "cannot load siw"
-fi
-tap_check "dummy $dutnd ($dutip)" netdev_dummy $dutnd $dutmac $dutip/24 || tap_bail "no netdev"
-tap_check "dummy $refnd ($refip)" netdev_dummy $refnd $refmac $refip/24 || tap_bail "no netdev"
-tap_check "rdma link add $dut type $RSIW_LINK_TYPE" rdma_link_add $dut $dutnd || tap_bail "no device"
-if tap_check "rdma link add $ref type siw" rdma link add $ref type siw netdev $refnd; then
-	_links+=("$ref")
-else
-	tap_bail "no siw device"
-fi
+beside_siw $dut $dutnd $dutmac $dutip $ref $refnd $refmac $refip
 tap_check "ibv_devinfo opens $dut through libsiw" ibv_devinfo -d $dut
 tap_match "$dut is an iWARP device with an active port" "transport:[[:space:]]+iWARP" "$OUT"
 
@@ -59,12 +46,6 @@ pairs=(
 )
 ((USER_FULL)) && pairs+=("siw-siw $ref $refip $ref $refip")
 port=20950
-
-# listening PORT: whether a TCP socket listens on PORT (an iWARP listener is
-# one).
-listening() {
-	ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
-}
 
 # serve DESC -- SERVER_CMD... -- CLIENT_CMD...: start the server, wait until
 # it listens on $port, run the client; ok when both exit 0 within 120 s. The
@@ -80,7 +61,7 @@ serve() {
 	cli=("$@")
 	timeout 120 "${srv[@]}" >"$TEST_TMP/server" 2>&1 &
 	pid=$!
-	if ! wait_for 30 listening "$port"; then
+	if ! wait_for 30 tcp_listening "$port"; then
 		kill "$pid" 2>/dev/null
 		wait "$pid"
 		tap_fail "$desc" "the server did not listen on $port within 30 s" "\$ ${srv[*]}" \
@@ -191,7 +172,7 @@ done
 rping_pair() {
 	rping -s -a $dutip -p $port -S 64 -C 1000000 >"$TEST_TMP/rs" 2>&1 &
 	srv_pid=$!
-	wait_for 30 listening $port
+	wait_for 30 tcp_listening $port
 	rping -c -a $dutip -p $port -S 64 -C 1000000 >"$TEST_TMP/rc" 2>&1 &
 	cli_pid=$!
 	port=$((port + 1))

@@ -43,10 +43,6 @@ expand() {
 	echo "${t//DEV/$dev}"
 }
 
-listening() {
-	ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
-}
-
 # serve_all STEP: run each tool's server on this VM's address, one at a time:
 # start it, tell the peer, wait for the peer's client, judge the server.
 serve_all() {
@@ -56,7 +52,7 @@ serve_all() {
 		read -ra srv <<<"$(expand "${tools[$i]%% | *}" "$PAIR_ADDR" $port)"
 		timeout 120 "${srv[@]}" >"$TEST_TMP/server" 2>&1 &
 		pid=$!
-		wait_for 30 listening $port
+		wait_for 30 tcp_listening $port
 		pair_post "$step.$i.listening" || tap_bail "cannot post to the peer"
 		pair_wait "$step.$i.done" 180 || tap_diag "$PAIR_MSG"
 		wait $pid

@@ -27,7 +27,7 @@
 # Environment: TESTS (glob on the test name, default *), PAIR_SELFTESTS_DIR
 # (where the tests are, default selftests/pair), RSIW_KO and ULP_KO
 # (the modules; copied into the run directory first), the tests' knobs
-# INTEROP_*, NFS_*, NVME_* and USER_* (passed to both halves), PAIR_VM_CPUS (vCPUs per
+# INTEROP_*, NFS_*, NVME_*, ULP_* and USER_* (passed to both halves), PAIR_VM_CPUS (vCPUs per
 # VM, default 1: two TCG guests share the host), PAIR_VM_MEMORY (default 4G,
 # as for one VM: with 2G the tests ran slower), VM_BOOT_TIMEOUT (s, default 300),
 # VM_TEST_SLACK (s a test may overrun its own timeout, default 120),
@@ -115,16 +115,20 @@ judge() {
 }
 
 tests_dir=$(cd "${PAIR_SELFTESTS_DIR:-selftests/pair}" && pwd)
-tests=()
+tests=() left_out=()
 for t in "$tests_dir"/*.sh; do
 	name=$(basename "$t" .sh)
 	# pair.sh is the library.
 	[ "$name" = pair ] && continue
-	# shellcheck disable=SC2053
-	[[ $name == ${TESTS:-*} ]] && tests+=("$t")
+	if note=$(vm_test_selected "$t" "$name"); then
+		tests+=("$t")
+	elif [ -n "$note" ]; then
+		left_out+=("$note")
+	fi
 done
 
 echo "TAP version 13"
+((${#left_out[@]})) && printf '%s\n' "${left_out[@]}"
 if ((${#tests[@]} == 0)); then
 	echo "1..1"
 	result not-ok 1 "selection" "no pair selftest in $tests_dir matches TESTS='${TESTS:-*}'"
@@ -170,10 +174,10 @@ boot_vm() {
 		PAIR_PEER_ADDR="${ADDR[$([ "$role" = a ] && echo b || echo a)]}"
 		PAIR_SYNC="$run/sync" PAIR_RESULTS="$run/$role")
 	env_args+=(RSIW_KO="$RSIW_KO" ULP_KO="$ULP_KO" VM_TIMEOUT_SCALE="$VM_TIMEOUT_SCALE")
-	# The tests' knobs (INTEROP_MODES, NFS_*, NVME_*, USER_*: see the tests), to both halves
-	# alike.
+	# The tests' knobs (INTEROP_MODES, NFS_*, NVME_*, ULP_*, USER_*: see the tests), to both
+	# halves alike.
 	local v
-	for v in $(compgen -v | grep -E '^(INTEROP|NFS|NVME|USER)_'); do
+	for v in $(compgen -v | grep -E '^(INTEROP|NFS|NVME|ULP|USER)_' | grep -vx ULP_KO); do
 		env_args+=("$v=${!v}")
 	done
 	printf '%s\n' "${env_args[@]}" >"$run/$role/env"

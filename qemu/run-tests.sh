@@ -194,16 +194,20 @@ judge() {
 }
 
 SELFTESTS_DIR=$(cd "${SELFTESTS_DIR:-selftests}" && pwd)
-tests=()
+tests=() left_out=()
 for t in "$SELFTESTS_DIR"/*.sh; do
 	name=$(basename "$t" .sh)
 	# lib.sh and ulp-setup.sh are libraries; host-*.sh run on the host, not here.
 	case $name in lib | ulp-setup | host-*) continue ;; esac
-	# shellcheck disable=SC2053
-	[[ $name == ${TESTS:-*} ]] && tests+=("$t")
+	if note=$(vm_test_selected "$t" "$name"); then
+		tests+=("$t")
+	elif [ -n "$note" ]; then
+		left_out+=("$note")
+	fi
 done
 
 echo "TAP version 13"
+((${#left_out[@]})) && printf '%s\n' "${left_out[@]}"
 if ((${#tests[@]} == 0)); then
 	echo "1..1"
 	result not-ok 1 "selection" "no selftest in $SELFTESTS_DIR matches TESTS='${TESTS:-*}'"

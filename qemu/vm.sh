@@ -194,6 +194,23 @@ vm_quote() {
 	echo "$out"
 }
 
+# vm_test_selected FILE NAME: whether a run picks the selftest FILE (NAME is
+# its name without .sh): NAME matches TESTS (a glob, default *). A test whose
+# header says "# tier: full" is left to make check-full (CHECK_FULL=1) unless
+# TESTS names it: make check has a time budget, and such a test's coverage is
+# mostly had by the others (its header says which). Prints a diagnostic line
+# for a test left out, so that the run says what it did not run.
+vm_test_selected() {
+	# shellcheck disable=SC2053 # a pattern
+	[[ $2 == ${TESTS:-*} ]] || return 1
+	if [ "${CHECK_FULL:-0}" != 1 ] && [ "${TESTS:-*}" = "*" ] &&
+		grep -qE '^# tier: full( |$)' "$1"; then
+		echo "# $2: in make check-full only (its header: tier: full)"
+		return 1
+	fi
+	return 0
+}
+
 # vm_test_timeout FILE: the seconds a selftest may run, from its first
 # "# timeout: N" line (anywhere: a header that grew past a fixed number of
 # lines once silently dropped a test to the default); 300 without one.

@@ -22,7 +22,8 @@ tally() { # file with a last line "<what>: N passed, N failed, N skipped"
 }
 
 # make check-full (CHECK_FULL=1): the ULP, flood, cycle and unload workloads at
-# full size, each knob the caller did not set, and a budget to match.
+# full size, each knob the caller did not set, a budget to match, and the
+# tests whose header says "# tier: full" (qemu/vm.sh, vm_test_selected).
 if [ "${CHECK_FULL:-0}" = 1 ]; then
 	export NFS_BIG_MB=${NFS_BIG_MB:-2048} NFS_CHURN_FILES=${NFS_CHURN_FILES:-10000}
 	export NFS_VERSIONS=${NFS_VERSIONS:-3 4.0 4.1 4.2} NFS_FIO=${NFS_FIO:-4k:4m 1m:64m}
@@ -36,6 +37,7 @@ if [ "${CHECK_FULL:-0}" = 1 ]; then
 	export FAULT_MB=${FAULT_MB:-64}
 	export USER_FULL=${USER_FULL:-1} USER_PERF_ITERS=${USER_PERF_ITERS:-1000}
 	export USER_PING_COUNT=${USER_PING_COUNT:-200}
+	export ULP_PHASES=${ULP_PHASES:-nfs1 nfs2 nvme1 nvme2}
 	CHECK_BUDGET=${CHECK_BUDGET:-14400}
 fi
 

@@ -20,6 +20,8 @@
 # a loop over the rdma tool forks twice per cycle, and process creation alone
 # moves slab caches by hundreds of objects. link-basic covers the rdma tool.
 # timeout: 900
+# tier: full (in make check, link-basic, port-state and module-reload add and
+# delete devices under the runner's kmemleak scan; this judges slab growth)
 # Helpers are called through tap_check and wait_for:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

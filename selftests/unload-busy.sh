@@ -12,6 +12,8 @@
 # port. After the rounds: no leak, no splat, and with enough rounds (see
 # slab_rate_judged) no slab cache that grows every round.
 # timeout: 2700
+# tier: full (ulp-removal unloads the driver under NVMe-oF I/O in make check;
+# this adds the idle MPA connections and the rounds that judge slab growth)
 # Functions run through tap_check and wait_for look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # timeout: 1200
-# The kernel ULPs across two VMs, rsiw against the kernel's C siw, both ways:
+# The kernel ULPs across two VMs, rsiw against the kernel's C siw, both ways
+# (make check runs nfs1 and nvme2, ULP_PHASES):
 # VM a runs rsiw (rsiw0, 198.18.0.1), VM b the C siw (siw0, 198.18.0.2).
 #   nfs1: NFSv4.2 over RPC/RDMA, rsiw client (a) -> siw server (b)
 #   nfs2: the same, siw client (b) -> rsiw server (a)
@@ -51,6 +52,10 @@ NFS_CHURN_FILES=${NFS_CHURN_FILES:-40}
 NVME_FIO=${NVME_FIO:-randwrite:4k:512k write:1m:2m}
 NVME_CYCLES=${NVME_CYCLES:-2}
 NVME_NS_MB=64
+# The phases run (ULP_PHASES; make check-full runs all four). make check runs
+# one of each ULP with rsiw in each role once: the rsiw NFS client and the
+# rsiw NVMe target.
+ULP_PHASES=${ULP_PHASES:-nfs1 nvme2}
 nqn_base=nqn.2014-08.org.rsiw:pair-ulp-siw
 
 declare -A MOD=([a]=rsiw [b]=siw)
@@ -571,10 +576,15 @@ tap_wait "$dev is ACTIVE" 10 port_state_is "$dev" ACTIVE
 pair_sync ready || tap_bail "$PAIR_MSG"
 tap_wait "the peer $PAIR_PEER_ADDR answers on the link" 10 pair_peer_reachable
 
-nfs_phase 1 b
-nfs_phase 2 a
-nvme_phase 1 b
-nvme_phase 2 a
+for ph in $ULP_PHASES; do
+	case $ph in
+	nfs1) nfs_phase 1 b ;;
+	nfs2) nfs_phase 2 a ;;
+	nvme1) nvme_phase 1 b ;;
+	nvme2) nvme_phase 2 a ;;
+	*) tap_fail "ULP_PHASES: $ph is not a phase (nfs1 nfs2 nvme1 nvme2)" ;;
+	esac
+done
 
 # Both halves stay up until both are done.
 pair_sync finish || tap_fail "the peer finished" "$PAIR_MSG"

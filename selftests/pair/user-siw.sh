@@ -6,6 +6,8 @@
 # ib_send_bw at 64 KiB). A tool's server side must exit 0 as well as its
 # client. At the end, no QP is left on either device.
 # timeout: 600
+# tier: full (user-verbs runs the same tools between rsiw and the C siw in
+# one VM in make check; this adds a real link between two kernels)
 set -uo pipefail
 case ${PAIR_ROLE:-} in
 a) RSIW_MODULE=rsiw RSIW_LINK_TYPE=rsiw dev=rsiw0 ;;

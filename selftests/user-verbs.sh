@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # User-space verbs through rdma-core's unmodified libsiw, between processes of
 # this VM: rping (data validated), ucmatose, rdma_server/rdma_client, rsockets
-# (riostream, data verified) and perftest over rdma_cm (ib_write_bw,
-# ib_read_bw, ib_send_bw, with a shared receive queue too, ib_send_lat). Each
-# runs for rsiw with itself, and rping, rsockets and the bandwidth tests for
-# rsiw-siw and siw-rsiw (server first); USER_FULL=1 runs every tool for those
-# pairs and for siw-siw, the reference. The device under test sits on one
+# (riostream at 64 bytes to 1 MiB, data verified) and perftest over rdma_cm
+# (ib_write_bw, ib_read_bw, ib_send_bw, with a shared receive queue too,
+# ib_send_lat). Each runs for rsiw with itself, and rping, rsockets at 64 KiB,
+# the bandwidth tests and ib_send_lat for rsiw-siw and siw-rsiw (server
+# first); USER_FULL=1 runs every tool for those pairs and for siw-siw, the
+# reference. The device under test sits on one
 # dummy netdev, a C siw device on another; a client binds the address of its
 # device, and the TCP connection crosses loopback.
 # Then selftests/user/hostile_user.c, which writes libsiw's rings behind its
 # back: bad send entries (opcode, 7 and 255 SGEs, lengths that overflow, 81
 # inline bytes, inline Read, unknown lkey) each complete with their error and
-# the QP works on; entries flipped by a thread under the doorbell; a receive
-# entry with 9 SGEs; completion slots marked valid by user space (the CQ
-# overflows: IBV_EVENT_CQ_ERR); rings unmapped under traffic; exit with work in
-# flight; fork; a registered buffer unmapped while the peer writes to it. Then
+# the QP works on; entries flipped by a thread under the doorbell (every
+# completion well-formed, the peer's QP still answered); a receive entry with
+# 9 SGEs; completion slots marked valid by user space (the CQ overflows:
+# IBV_EVENT_CQ_ERR); a CQ control word rewritten with garbage under traffic
+# (every completion arrives, in order); an SRQ entry with 9 SGEs, and SRQ
+# entries flipped while Sends take them; rings unmapped under traffic; exit
+# with work in flight; fork; a registered buffer unmapped while the peer
+# writes to it. Then
 # no QP, CQ, MR or PD may be left on either device. Last, rdma link delete and
 # modprobe -r while rping processes hold the device: they exit, and the
 # removal completes.
@@ -104,23 +109,30 @@ for p in "${pairs[@]}"; do
 			rdma_server -s "$sip" -p "$port" -- \
 			rdma_client -s "$sip" -p "$port"
 	fi
-	serve "$name: rsockets (riostream), 100 transfers of 65536 bytes, verified" -- \
-		riostream -b "$sip" -p "$port" -S 65536 -C 100 -T v -- \
-		riostream -s "$sip" -p "$port" -S 65536 -C 100 -T v
+	# rsockets: a pair that runs every tool at 64 bytes to 1 MiB, the others at
+	# 64 KiB.
+	rsizes="65536:100"
+	((all)) && rsizes="64:100 4096:100 65536:100 1048576:10"
+	for rs in $rsizes; do
+		serve "$name: rsockets (riostream), ${rs#*:} transfers of ${rs%:*} bytes, verified" -- \
+			riostream -b "$sip" -p "$port" -S "${rs%:*}" -C "${rs#*:}" -T v -- \
+			riostream -s "$sip" -p "$port" -S "${rs%:*}" -C "${rs#*:}" -T v
+	done
 	for t in ib_write_bw ib_read_bw ib_send_bw; do
 		serve "$name: $t -R, $USER_PERF_ITERS x 65536 bytes" -- \
 			$t -R -F -d "$sdev" -p "$port" -s 65536 -n "$USER_PERF_ITERS" -- \
 			$t -R -F -d "$cdev" -p "$port" -s 65536 -n "$USER_PERF_ITERS" --source_ip "$cip" "$sip"
 		tap_diag "$(grep -E '^[[:space:]]*65536' "$TEST_TMP/client")"
 	done
+	serve "$name: ib_send_lat -R, 64 bytes" -- \
+		ib_send_lat -R -F -d "$sdev" -p "$port" -s 64 -n "$USER_PERF_ITERS" -- \
+		ib_send_lat -R -F -d "$cdev" -p "$port" -s 64 -n "$USER_PERF_ITERS" --source_ip "$cip" "$sip"
+	tap_diag "$(grep -E '^[[:space:]]*64[[:space:]]' "$TEST_TMP/client")"
 	((all)) || continue
 	serve "$name: ib_send_bw -R --use-srq (a shared receive queue), $USER_PERF_ITERS x 4096 bytes" -- \
 		ib_send_bw -R -F --use-srq -r 64 -d "$sdev" -p "$port" -s 4096 -n "$USER_PERF_ITERS" -- \
 		ib_send_bw -R -F --use-srq -r 64 -d "$cdev" -p "$port" -s 4096 -n "$USER_PERF_ITERS" \
 		--source_ip "$cip" "$sip"
-	serve "$name: ib_send_lat -R, 64 bytes" -- \
-		ib_send_lat -R -F -d "$sdev" -p "$port" -s 64 -n "$USER_PERF_ITERS" -- \
-		ib_send_lat -R -F -d "$cdev" -p "$port" -s 64 -n "$USER_PERF_ITERS" --source_ip "$cip" "$sip"
 done
 
 # The hostile program, built here against the system's libibverbs/librdmacm.
@@ -143,7 +155,8 @@ hostile() {
 	fi
 }
 hostile_cases=(sqe-opcode sqe-nsge7 sqe-nsge255 sqe-len-overflow sqe-inline-81 sqe-read-inline
-	sqe-bad-lkey sqe-flip rqe-nsge9 cq-overflow exit-inflight fork munmap-mr)
+	sqe-bad-lkey sqe-flip rqe-nsge9 cq-overflow cq-ctrl-garbage srqe-nsge9 srqe-flip exit-inflight
+	fork munmap-mr)
 for c in "${hostile_cases[@]}"; do
 	if rsiw_is_reference; then
 		tap_skip "hostile user: $c" "the completion statuses are rsiw's contract"

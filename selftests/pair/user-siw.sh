@@ -2,12 +2,11 @@
 # User-space verbs across two VMs: VM a runs rsiw (rsiw0, 198.18.0.1), VM b
 # the C siw (siw0, 198.18.0.2), both through rdma-core's unmodified libsiw.
 # First b serves and a connects, then the other way: rping (data validated) at
-# 64 and 65535 bytes, and perftest over rdma_cm (ib_write_bw, ib_read_bw,
-# ib_send_bw at 64 KiB). A tool's server side must exit 0 as well as its
-# client. At the end, no QP is left on either device.
+# 65535 bytes and ib_write_bw and ib_send_bw over rdma_cm at 64 KiB;
+# USER_FULL=1 (make check-full) adds rping at 64 bytes and ib_read_bw. A
+# tool's server side must exit 0 as well as its client. At the end, no QP is
+# left on either device.
 # timeout: 600
-# tier: full (user-verbs runs the same tools between rsiw and the C siw in
-# one VM in make check; this adds a real link between two kernels)
 set -uo pipefail
 case ${PAIR_ROLE:-} in
 a) RSIW_MODULE=rsiw RSIW_LINK_TYPE=rsiw dev=rsiw0 ;;
@@ -21,6 +20,7 @@ require rdma rping ib_write_bw ib_read_bw ib_send_bw
 
 USER_PERF_ITERS=${USER_PERF_ITERS:-100}
 USER_PING_COUNT=${USER_PING_COUNT:-20}
+USER_FULL=${USER_FULL:-0}
 
 tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
 tap_check "link up ($PAIR_ADDR)" pair_link_up || tap_bail "no link"
@@ -31,11 +31,13 @@ pair_sync ready || tap_bail "$PAIR_MSG"
 # The tools, each "SERVER_ARGS | CLIENT_ARGS" (the client's end with the
 # server's address).
 tools=(
-	"rping -s -a ADDR -p PORT -S 64 -C $USER_PING_COUNT -V | rping -c -a ADDR -p PORT -S 64 -C $USER_PING_COUNT -V"
 	"rping -s -a ADDR -p PORT -S 65535 -C $USER_PING_COUNT -V | rping -c -a ADDR -p PORT -S 65535 -C $USER_PING_COUNT -V"
 	"ib_write_bw -R -F -d DEV -p PORT -s 65536 -n $USER_PERF_ITERS | ib_write_bw -R -F -d DEV -p PORT -s 65536 -n $USER_PERF_ITERS ADDR"
-	"ib_read_bw -R -F -d DEV -p PORT -s 65536 -n $USER_PERF_ITERS | ib_read_bw -R -F -d DEV -p PORT -s 65536 -n $USER_PERF_ITERS ADDR"
 	"ib_send_bw -R -F -d DEV -p PORT -s 65536 -n $USER_PERF_ITERS | ib_send_bw -R -F -d DEV -p PORT -s 65536 -n $USER_PERF_ITERS ADDR"
+)
+((USER_FULL)) && tools+=(
+	"rping -s -a ADDR -p PORT -S 64 -C $USER_PING_COUNT -V | rping -c -a ADDR -p PORT -S 64 -C $USER_PING_COUNT -V"
+	"ib_read_bw -R -F -d DEV -p PORT -s 65536 -n $USER_PERF_ITERS | ib_read_bw -R -F -d DEV -p PORT -s 65536 -n $USER_PERF_ITERS ADDR"
 )
 
 # expand TEMPLATE ADDR PORT: TEMPLATE with ADDR, PORT and DEV filled in.

@@ -8,6 +8,8 @@
  *
  *   hostile_user CASE ADDR PORT
  *
+ * In the srq cases the server's QP takes its receives from an SRQ.
+ *
  * Exits 0 when the provider reacted as the case expects, 1 (with the reason on
  * stderr) when not, 2 when the setup failed.
  */
@@ -52,6 +54,9 @@ struct side {
 	/* The rings, found in /proc/self/maps. */
 	uint8_t *sq, *rq, *scq_ring, *rcq_ring;
 	size_t scq_len;
+	/* The server's shared receive queue and its ring, in the srq- cases. */
+	struct ibv_srq *srq;
+	uint8_t *srq_ring;
 	unsigned int posts; /* libsiw's send position */
 };
 
@@ -59,6 +64,8 @@ static struct rdma_event_channel *ec;
 static struct rdma_cm_id *listener;
 static struct side cl, sv;
 static const char *case_name;
+/* The server's QP takes its receives from an SRQ (the srq- cases). */
+static int use_srq;
 
 static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 static void die(int code, const char *fmt, ...)
@@ -100,6 +107,14 @@ static void make_side(struct side *s, struct rdma_cm_id *id)
 		die(2, "PD or CQ: %s", strerror(errno));
 	qa.send_cq = s->scq;
 	qa.recv_cq = s->rcq;
+	if (use_srq && s == &sv) {
+		struct ibv_srq_init_attr sa = { .attr = { .max_wr = QDEPTH, .max_sge = 2 } };
+
+		s->srq = ibv_create_srq(s->pd, &sa);
+		if (!s->srq)
+			die(2, "ibv_create_srq: %s", strerror(errno));
+		qa.srq = s->srq;
+	}
 	if (rdma_create_qp(id, s->pd, &qa))
 		die(2, "rdma_create_qp: %s", strerror(errno));
 	s->buf = mmap(NULL, BUF_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -111,7 +126,10 @@ static void make_side(struct side *s, struct rdma_cm_id *id)
 		die(2, "ibv_reg_mr: %s", strerror(errno));
 }
 
-/* The uverbs mappings in creation order: each side's send CQ, receive CQ, SQ, RQ. */
+/*
+ * The uverbs mappings in creation order: each side's send CQ, receive CQ, SQ,
+ * RQ; with an SRQ, the server's SRQ comes before its SQ and it has no RQ.
+ */
 static void find_rings(void)
 {
 	struct { uint8_t *start; size_t len; unsigned long long off; } m[16], t;
@@ -151,8 +169,13 @@ static void find_rings(void)
 	sv.scq_ring = m[4].start;
 	sv.scq_len = m[4].len;
 	sv.rcq_ring = m[5].start;
-	sv.sq = m[6].start;
-	sv.rq = m[7].start;
+	if (use_srq) {
+		sv.srq_ring = m[6].start;
+		sv.sq = m[7].start;
+	} else {
+		sv.sq = m[6].start;
+		sv.rq = m[7].start;
+	}
 }
 
 static void connect_sides(const char *addr, const char *port)
@@ -254,8 +277,11 @@ static uint16_t *sq_flags(unsigned int pos)
 	return (uint16_t *)(cl.sq + (pos % QDEPTH) * SQE_BYTES + 8);
 }
 
-/* Rings the client QP's doorbell as libsiw does: a POST_SEND with no work request. */
-static void doorbell(void)
+/*
+ * Rings side `s`'s doorbell as libsiw does: a POST_SEND with no work request.
+ * Returns 0, or the errno the kernel refused it with.
+ */
+static int ring(struct side *s)
 {
 	struct {
 		struct ib_uverbs_cmd_hdr hdr;
@@ -267,10 +293,18 @@ static void doorbell(void)
 	struct ib_uverbs_post_send_resp resp;
 
 	req.cmd.response = (uintptr_t)&resp;
-	req.cmd.qp_handle = cl.id->qp->handle;
+	req.cmd.qp_handle = s->id->qp->handle;
 	req.cmd.wqe_size = sizeof(struct ibv_send_wr);
-	if (write(cl.id->verbs->cmd_fd, &req, sizeof(req)) != sizeof(req))
-		die(1, "doorbell: %s", strerror(errno));
+	return write(s->id->verbs->cmd_fd, &req, sizeof(req)) == sizeof(req) ? 0 : errno;
+}
+
+/* Rings the client QP's doorbell. */
+static void doorbell(void)
+{
+	int err = ring(&cl);
+
+	if (err)
+		die(1, "doorbell: %s", strerror(err));
 }
 
 /*
@@ -336,46 +370,170 @@ static int bad_sqe(uint16_t flags, uint8_t nsge, uint8_t op, const uint32_t *len
 	return 0;
 }
 
-static volatile int stop_flipping;
+/* What a flipper thread flips: random bits of `len` bytes at `ring`, until `stop`. */
+struct flipping {
+	uint8_t *ring;
+	size_t len;
+	volatile int stop;
+	pthread_t thread;
+};
 
 static void *flipper(void *arg)
 {
+	struct flipping *f = arg;
 	unsigned int seed = 1;
 
-	(void)arg;
-	while (!stop_flipping) {
-		unsigned int at = rand_r(&seed) % (QDEPTH * SQE_BYTES);
+	while (!f->stop) {
+		unsigned int at = rand_r(&seed) % f->len;
 
-		cl.sq[at] ^= 1u << (rand_r(&seed) % 8);
+		f->ring[at] ^= 1u << (rand_r(&seed) % 8);
 	}
 	return NULL;
 }
 
-/* Entries changed by another thread while the doorbell takes them. */
+static void start_flipping(struct flipping *f, uint8_t *ring, size_t len)
+{
+	f->ring = ring;
+	f->len = len;
+	f->stop = 0;
+	if (pthread_create(&f->thread, NULL, flipper, f))
+		die(2, "pthread_create");
+}
+
+static void stop_flipping(struct flipping *f)
+{
+	f->stop = 1;
+	pthread_join(f->thread, NULL);
+}
+
+/* Whether a completion the kernel wrote carries a status and opcode that exist. */
+static void check_wc(const struct ibv_wc *wc, const char *where)
+{
+	if (wc->status > IBV_WC_TM_RNDV_INCOMPLETE)
+		die(1, "%s: a completion with status %d", where, wc->status);
+	if (wc->status == IBV_WC_SUCCESS && wc->opcode != IBV_WC_SEND &&
+	    wc->opcode != IBV_WC_RDMA_WRITE && wc->opcode != IBV_WC_RDMA_READ &&
+	    wc->opcode != IBV_WC_RECV)
+		die(1, "%s: a successful completion with opcode %d", where, wc->opcode);
+}
+
+/*
+ * After the client's rings were tampered with: the server's QP, which nobody
+ * tampered with, still gets an answer for a Write towards the client within
+ * 20 s: it succeeds (the connection lived), or it is flushed (a bad entry
+ * ended the connection). Either is the client's own harm; a hang is not.
+ */
+static void server_answers(void)
+{
+	struct ibv_wc wc;
+	int i, err = post_write(&sv, &cl, 0x5e, 4096, 0);
+
+	/*
+	 * A QP between RTS and ERROR (its connection closing) refuses the
+	 * doorbell with ENOTCONN; the entry stays in the ring, and a later
+	 * doorbell (in ERROR: flushed) takes it.
+	 */
+	for (i = 0; err == ENOTCONN && i < 100; i++) {
+		usleep(100000);
+		err = ring(&sv);
+	}
+	if (err)
+		die(1, "the server cannot post: %s", strerror(err));
+	if (poll_n(sv.scq, &wc, 1) != 1)
+		die(1, "the server's Write got no completion");
+	if (wc.wr_id != 0x5e || (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR))
+		die(1, "the server's Write: wr %llx, %s", (unsigned long long)wc.wr_id,
+		    ibv_wc_status_str(wc.status));
+}
+
+/*
+ * Entries changed by another thread while the doorbell takes them. Every
+ * completion must carry a status and opcode that exist, and the server's QP
+ * must still be answered.
+ */
 static int flip_sqes(void)
 {
 	struct ibv_wc wc[QDEPTH];
-	pthread_t t;
+	struct flipping f;
 	time_t end = time(NULL) + 3;
+	int i, n;
 
-	if (pthread_create(&t, NULL, flipper, NULL))
-		die(2, "pthread_create");
+	start_flipping(&f, cl.sq, QDEPTH * SQE_BYTES);
 	while (time(NULL) < end) {
 		post_write(&cl, &sv, 3, 4096, 0);
-		ibv_poll_cq(cl.scq, QDEPTH, wc);
+		n = ibv_poll_cq(cl.scq, QDEPTH, wc);
+		for (i = 0; i < n; i++)
+			check_wc(&wc[i], "while flipping");
 	}
-	stop_flipping = 1;
+	stop_flipping(&f);
+	while ((n = ibv_poll_cq(cl.scq, QDEPTH, wc)) > 0)
+		for (i = 0; i < n; i++)
+			check_wc(&wc[i], "after flipping");
+	server_answers();
+	return 0;
+}
+
+static volatile int stop_arming;
+
+/* Writes random words into the client's send CQ control word. */
+static void *armer(void *arg)
+{
+	volatile uint32_t *ctrl = (volatile uint32_t *)(cl.scq_ring + QDEPTH * 2 * CQE_BYTES);
+	unsigned int seed = 7;
+
+	(void)arg;
+	while (!stop_arming)
+		*ctrl = rand_r(&seed) ^ ((uint32_t)rand_r(&seed) << 16);
+	return NULL;
+}
+
+/*
+ * A garbage CQ control word, rewritten all the time by another thread: it may
+ * arm the CQ or not, but every completion still arrives, in order and whole.
+ */
+static int cq_ctrl_garbage(void)
+{
+	struct ibv_wc wc;
+	pthread_t t;
+	int i;
+
+	if (pthread_create(&t, NULL, armer, NULL))
+		die(2, "pthread_create");
+	for (i = 0; i < 200; i++) {
+		if (post_write(&cl, &sv, 0x100 + i, 4096, i & 1))
+			die(1, "post %d: %s", i, strerror(errno));
+		if (poll_n(cl.scq, &wc, 1) != 1)
+			die(1, "no completion for work request %d", i);
+		if (wc.wr_id != (uint64_t)(0x100 + i) || wc.status != IBV_WC_SUCCESS ||
+		    wc.opcode != ((i & 1) ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE))
+			die(1, "work request %d: wr %llx, %s, opcode %d", i,
+			    (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.opcode);
+	}
+	stop_arming = 1;
 	pthread_join(t, NULL);
 	return 0;
 }
 
-/* A receive queue entry with 9 SGEs: it completes with LOC_QP_OP_ERR when a Send needs it. */
-static int bad_rqe(void)
+/* Posts a Send of 64 bytes from the client, signalled, as work request `id`. */
+static int post_send64(uint64_t id)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)cl.buf, .length = 64, .lkey = cl.mr->lkey };
-	struct ibv_send_wr wr = { .wr_id = 4, .sg_list = &sge, .num_sge = 1,
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1,
 				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
-	uint8_t *e = sv.rq;
+	int rc = ibv_post_send(cl.id->qp, &wr, &bad);
+
+	if (!rc)
+		cl.posts++;
+	return rc;
+}
+
+/*
+ * A receive entry with 9 SGEs in the server's first receive slot `e` (of its
+ * RQ or its SRQ): the QP that takes it for a Send completes it with
+ * LOC_QP_OP_ERR.
+ */
+static int bad_recv_entry(uint8_t *e)
+{
 	uint64_t id = 0xbad;
 	struct ibv_wc wc;
 
@@ -383,7 +541,7 @@ static int bad_rqe(void)
 	memcpy(e, &id, 8);
 	e[10] = 9;
 	__atomic_store_n((uint16_t *)(e + 8), WQE_VALID, __ATOMIC_SEQ_CST);
-	if (ibv_post_send(cl.id->qp, &wr, &bad))
+	if (post_send64(4))
 		die(1, "post send: %s", strerror(errno));
 	if (poll_n(sv.rcq, &wc, 1) != 1)
 		die(1, "no receive completion");
@@ -392,6 +550,42 @@ static int bad_rqe(void)
 		    ibv_wc_status_str(wc.status));
 	return 0;
 }
+
+/*
+ * SRQ entries posted through libsiw and changed by another thread while Sends
+ * take them. Every receive completion must carry a status and opcode that
+ * exist, and the server's QP must still be answered.
+ */
+static int flip_srqes(void)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)sv.buf, .length = 4096, .lkey = sv.mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 0x77, .sg_list = &sge, .num_sge = 1 }, *bad;
+	struct ibv_wc wc[QDEPTH];
+	struct flipping f;
+	time_t end = time(NULL) + 3;
+	int i, n;
+
+	for (i = 0; i < QDEPTH; i++)
+		ibv_post_srq_recv(sv.srq, &rwr, &bad);
+	start_flipping(&f, sv.srq_ring, QDEPTH * RQE_BYTES);
+	while (time(NULL) < end) {
+		/* Either may be refused: the rings are garbage by now. */
+		ibv_post_srq_recv(sv.srq, &rwr, &bad);
+		post_send64(5);
+		ibv_poll_cq(cl.scq, QDEPTH, wc);
+		n = ibv_poll_cq(sv.rcq, QDEPTH, wc);
+		for (i = 0; i < n; i++)
+			check_wc(&wc[i], "while flipping");
+		usleep(1000);
+	}
+	stop_flipping(&f);
+	while ((n = ibv_poll_cq(sv.rcq, QDEPTH, wc)) > 0)
+		for (i = 0; i < n; i++)
+			check_wc(&wc[i], "after flipping");
+	server_answers();
+	return 0;
+}
+
 
 /* Completion slots user space marks valid itself: the CQ overflows, IBV_EVENT_CQ_ERR. */
 static int cq_overflow(void)
@@ -513,6 +707,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	case_name = argv[1];
+	use_srq = !strncmp(case_name, "srq", 3);
 	connect_sides(argv[2], argv[3]);
 	if (!strcmp(case_name, "sqe-opcode"))
 		return bad_sqe(0, 1, 200, one, 1, cl.mr->lkey, IBV_WC_LOC_QP_OP_ERR, 1);
@@ -531,9 +726,15 @@ int main(int argc, char **argv)
 	if (!strcmp(case_name, "sqe-flip"))
 		return flip_sqes();
 	if (!strcmp(case_name, "rqe-nsge9"))
-		return bad_rqe();
+		return bad_recv_entry(sv.rq);
 	if (!strcmp(case_name, "cq-overflow"))
 		return cq_overflow();
+	if (!strcmp(case_name, "cq-ctrl-garbage"))
+		return cq_ctrl_garbage();
+	if (!strcmp(case_name, "srqe-nsge9"))
+		return bad_recv_entry(sv.srq_ring);
+	if (!strcmp(case_name, "srqe-flip"))
+		return flip_srqes();
 	if (!strcmp(case_name, "unmap-rings"))
 		return unmap_rings();
 	if (!strcmp(case_name, "exit-inflight"))

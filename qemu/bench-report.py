@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""make bench's report: reads raw.csv and env written by qemu/guest-bench.sh in
-one results directory and writes there results.csv, results.json and
-results.png (a bar chart, when matplotlib is available), then prints the table
-with the ratios rsiw/siw (CRC on for both, and off for both) and rsiw/TCP, and
-whether the speed goals hold.
+"""make bench's report: reads raw.csv, cpu.csv and env written by
+qemu/guest-bench.sh in one results directory and writes there results.csv,
+results.json and results.png (a bar chart, when matplotlib is available), then
+prints the table with the ratios rsiw/siw (CRC on for both, and off for both)
+and rsiw/TCP, and whether the speed goals hold.
+
+A ratio is taken round by round (rsiw's round N over siw's round N: the rounds
+alternate the drivers, so a host that slows down hits both alike) and shown as
+the median over the rounds with its range; the speeds shown are medians too.
+A row whose range is wider than SPREAD_MAX of its median is marked as too
+noisy to judge, and so is a goal that hangs on such a row.
 
 Usage: bench-report.py RESULTS_DIR [HOST_CPU]
 """
 import csv
 import json
 import os
+import statistics
 import sys
 
 ORDER = ["ulp-write", "ulp-read", "ulp-send", "ulp-ping", "perf-write", "perf-read", "perf-send",
@@ -18,6 +25,10 @@ ORDER = ["ulp-write", "ulp-read", "ulp-send", "ulp-ping", "perf-write", "perf-re
 # (driver in raw.csv, column name)
 DRIVERS = [("siw", "siw_crc_MBps"), ("rsiw", "rsiw_crc_MBps"),
            ("siw-nocrc", "siw_nocrc_MBps"), ("rsiw-nocrc", "rsiw_nocrc_MBps")]
+
+
+# A ratio's range (max - min) over its median beyond which the row is too noisy to judge.
+SPREAD_MAX = 0.25
 
 
 def size_name(n):
@@ -33,12 +44,29 @@ def ratio(a, b):
     return round(a / b, 2) if a is not None and b else None
 
 
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def round_ratios(num, den):
+    """The ratio num/den of each round both measured (dicts round -> MB/s)."""
+    return [num[r] / den[r] for r in sorted(num) if r in den and den[r] > 0]
+
+
+def spread(ratios):
+    """(median, min, max, too_noisy) of per-round ratios, or Nones without any."""
+    if not ratios:
+        return None, None, None, False
+    m = statistics.median(ratios)
+    lo, hi = min(ratios), max(ratios)
+    return (round(m, 2), round(lo, 2), round(hi, 2),
+            len(ratios) > 1 and m > 0 and (hi - lo) / m > SPREAD_MAX)
+
+
 def goals(rows):
     """The issue's speed goals: each with the rows that miss it, or None if no row measured it."""
     def check(name, key, least, min_size):
-        measured = [r for r in rows if r["size"] >= min_size and r[key] is not None]
-        miss = [r for r in measured if r[key] < least]
-        return (name, miss if measured else None)
+        return check_rows(name, key, least, [r for r in rows if r["size"] >= min_size])
     return [
         check("rsiw/siw >= 1.0 on every row (CRC on for both)", "crc_rsiw_over_siw", 1.0, 0),
         check("rsiw/siw >= 1.2 at 64 KiB and above (CRC on for both)", "crc_rsiw_over_siw",
@@ -55,9 +83,36 @@ def goals(rows):
 
 
 def check_rows(name, key, least, rows):
-    """A goal over the given rows: the rows that miss it, or None if none was measured."""
+    """A goal over the given rows: the rows that miss it (by their median ratio), or None if
+    none was measured; and the measured rows too noisy to judge."""
     measured = [r for r in rows if r[key] is not None]
-    return (name, [r for r in measured if r[key] < least] if measured else None)
+    noisy = [r for r in measured if r.get(key + "_noisy")]
+    return (name, [r for r in measured if r[key] < least] if measured else None, noisy)
+
+
+def work_rows(out):
+    """Per (workload, size, driver): the medians over the rounds of the work per payload byte
+    from counters.csv: tx copy, tx TCP copy, tx CRC, tx passes, rx placement, rx bounce, rx
+    CRC, rx passes, batches per MiB, FPDUs per MiB."""
+    per = {}
+    try:
+        with open(os.path.join(out, "counters.csv")) as f:
+            for c in csv.DictReader(f):
+                tx = int(c["tx_payload_bytes"])
+                rx = int(c["rx_payload_bytes"])
+                if tx <= 0 or rx <= 0:
+                    continue
+                copy = int(c["tx_payload_copied_bytes"]) / tx
+                tcp = int(c["tx_tcp_copied_bytes"]) / tx
+                tcrc = int(c["tx_crc_bytes"]) / tx
+                bnc = int(c["rx_payload_bounced_bytes"]) / rx
+                rcrc = int(c["rx_crc_bytes"]) / rx
+                v = (copy, tcp, tcrc, copy + tcp + tcrc, 1.0, bnc, rcrc, 1.0 + bnc + rcrc,
+                     int(c["tx_batches"]) * (1 << 20) / tx, int(c["tx_fpdus"]) * (1 << 20) / tx)
+                per.setdefault((c["workload"], int(c["size"]), c["driver"]), []).append(v)
+    except FileNotFoundError:
+        return {}
+    return {k: [statistics.median(col) for col in zip(*vs)] for k, vs in per.items()}
 
 
 def main():
@@ -69,16 +124,22 @@ def main():
             k, _, v = line.rstrip("\n").partition("=")
             env[k] = v
     env["host_cpu"] = host_cpu
-    mbps = {}
+    # (workload, size, driver) -> {round: MB/s}
+    samples = {}
     with open(os.path.join(out, "raw.csv")) as f:
         for row in csv.reader(f):
-            if len(row) != 5:
+            if len(row) == 6:
+                w, size, drv, _crc, rnd, v = row
+            elif len(row) == 5:
+                # Written before rounds were recorded: a key's Nth line is its round N.
+                w, size, drv, _crc, v = row
+                rnd = len(samples.get((w, int(size), drv), {})) + 1
+            else:
                 continue
-            w, size, drv, _crc, v = row
-            # Best of the rounds.
-            key = (w, int(size), drv)
-            mbps[key] = max(mbps.get(key, 0.0), float(v))
+            samples.setdefault((w, int(size), drv), {})[int(rnd)] = float(v)
+    mbps = {k: median(list(v.values())) for k, v in samples.items()}
     tcp = mbps.get(("iperf3", 1 << 20, "tcp"))
+    rounds = max((len(v) for v in samples.values()), default=0)
     rows = []
     keys = sorted({(w, s) for (w, s, d) in mbps if w != "iperf3"},
                   key=lambda k: (ORDER.index(k[0]) if k[0] in ORDER else 99, k[1]))
@@ -86,11 +147,25 @@ def main():
         r = {"workload": w, "size": s}
         for drv, col in DRIVERS:
             r[col] = mbps.get((w, s, drv))
-        r["crc_rsiw_over_siw"] = ratio(r["rsiw_crc_MBps"], r["siw_crc_MBps"])
-        r["nocrc_rsiw_over_siw"] = ratio(r["rsiw_nocrc_MBps"], r["siw_nocrc_MBps"])
+        for key, num, den in (("crc_rsiw_over_siw", "rsiw", "siw"),
+                              ("nocrc_rsiw_over_siw", "rsiw-nocrc", "siw-nocrc")):
+            m, lo, hi, noisy = spread(round_ratios(samples.get((w, s, num), {}),
+                                                   samples.get((w, s, den), {})))
+            r[key], r[key + "_min"], r[key + "_max"], r[key + "_noisy"] = m, lo, hi, noisy
         r["crc_rsiw_over_tcp"] = ratio(r["rsiw_crc_MBps"], tcp) if s >= 1 << 20 else None
         rows.append(r)
     met = goals(rows)
+    # (family, driver) -> {round: (busy, idle, steal)}
+    cpu = {}
+    try:
+        with open(os.path.join(out, "cpu.csv")) as f:
+            for row in csv.reader(f):
+                if len(row) == 6:
+                    fam, rnd, drv, busy, idle, steal = row
+                    cpu.setdefault((fam, drv), {})[int(rnd)] = (
+                        float(busy), float(idle), float(steal))
+    except FileNotFoundError:
+        pass
     with open(os.path.join(out, "results.csv"), "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()) if rows else ["workload"])
         wr.writeheader()
@@ -98,9 +173,15 @@ def main():
             wr.writerow(r)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"env": env, "tcp_iperf3_MBps": tcp, "rows": rows,
+                   "cpu": [{"family": fam, "driver": drv, "round": rnd, "busy_pct": b,
+                            "idle_pct": i, "steal_pct": st}
+                           for (fam, drv), per in sorted(cpu.items())
+                           for rnd, (b, i, st) in sorted(per.items())],
                    "goals": [{"goal": g, "met": None if m is None else not m,
                               "missed_by": ["%s %s" % (r["workload"], size_name(r["size"]))
-                                            for r in m or []]} for g, m in met]},
+                                            for r in m or []],
+                              "too_noisy": ["%s %s" % (r["workload"], size_name(r["size"]))
+                                            for r in n]} for g, m, n in met]},
                   f, indent=2)
 
     def fmt(v, ratio=False):
@@ -113,22 +194,52 @@ def main():
         env.get("kernel", "?"), env.get("guest_cpu", "?"), env.get("guest_cpus", "?"),
         host_cpu or "?"))
     print("CRC: %s" % env.get("crc", "?"))
-    print("%s s per measurement, best of %s; iperf3 (TCP ceiling): %s MB/s" % (
-        env.get("secs", "?"), env.get("rounds", "?"), fmt(tcp)))
+    print("%s s per measurement, %d round(s), medians; iperf3 (TCP ceiling): %s MB/s" % (
+        env.get("secs", "?"), rounds, fmt(tcp)))
     print()
-    hdr = ("workload", "size", "siw crc", "rsiw crc", "ratio", "siw -", "rsiw -", "ratio",
-           "crc/TCP")
-    line = "%-14s %7s %8s %9s %6s %7s %7s %6s %8s"
+
+    def span(r, key):
+        if r[key] is None or r[key + "_min"] == r[key + "_max"]:
+            return "-"
+        return "%.2f-%.2f%s" % (r[key + "_min"], r[key + "_max"], "!" if r[key + "_noisy"] else "")
+    hdr = ("workload", "size", "siw crc", "rsiw crc", "ratio", "range", "siw -", "rsiw -",
+           "ratio", "range", "crc/TCP")
+    line = "%-14s %7s %8s %9s %6s %11s %7s %7s %6s %11s %8s"
     print(line % hdr)
     for r in rows:
         print(line % (
             r["workload"], size_name(r["size"]), fmt(r["siw_crc_MBps"]),
             fmt(r["rsiw_crc_MBps"]), fmt(r["crc_rsiw_over_siw"], True),
-            fmt(r["siw_nocrc_MBps"]), fmt(r["rsiw_nocrc_MBps"]),
-            fmt(r["nocrc_rsiw_over_siw"], True), fmt(r["crc_rsiw_over_tcp"], True)))
-    print("('-': without CRC; ratio: rsiw/siw; crc/TCP: rsiw with CRC over iperf3)")
+            span(r, "crc_rsiw_over_siw"), fmt(r["siw_nocrc_MBps"]), fmt(r["rsiw_nocrc_MBps"]),
+            fmt(r["nocrc_rsiw_over_siw"], True), span(r, "nocrc_rsiw_over_siw"),
+            fmt(r["crc_rsiw_over_tcp"], True)))
+    print("('-': without CRC; ratio: rsiw/siw, the median of the rounds' ratios; range: their")
+    print(" lowest and highest, '!' when wider than %d %% of the median: too noisy to judge;" %
+          round(SPREAD_MAX * 100))
+    print(" crc/TCP: rsiw with CRC over iperf3)")
     print()
-    for g, m in met:
+    if cpu:
+        print("guest CPU while each driver ran (% busy / idle / steal, per round):")
+        for (fam, drv), per in sorted(cpu.items()):
+            print("  %-6s %-11s %s" % (fam, drv, "  ".join(
+                "r%d %.0f/%.0f/%.0f" % (rnd, b, i, st) for rnd, (b, i, st) in sorted(per.items()))))
+        print()
+    work = work_rows(out)
+    if work:
+        print("work per payload byte on rsiw (medians of the rounds; both ends on one device):")
+        print("  tx: copied by rsiw + copied by TCP + CRC = passes;  rx: placed (copies) +")
+        print("  bounced + CRC = passes;  batches (sendmsg) and FPDUs per MiB of payload")
+        wline = "  %-14s %7s %-10s %5s %5s %5s %6s  %5s %5s %5s %6s  %8s %8s"
+        print(wline % ("workload", "size", "driver", "copy", "tcp", "crc", "passes",
+                       "place", "bnc", "crc", "passes", "batch/M", "fpdu/M"))
+        for (w, size, drv), v in sorted(work.items(), key=lambda kv: (
+                ORDER.index(kv[0][0]) if kv[0][0] in ORDER else 99, kv[0][1], kv[0][2])):
+            print(wline % (w, size_name(size), drv, *("%.2f" % x for x in v[:8]),
+                           "%.0f" % v[8], "%.0f" % v[9]))
+        print("  (TCP also copies data sent by reference when it delivers it on this host:")
+        print("  the loopback path orphans zero-copy pages; that copy is not counted)")
+        print()
+    for g, m, n in met:
         if m is None:
             verdict = "not measured in this run"
         elif not m:
@@ -136,6 +247,9 @@ def main():
         else:
             verdict = "missed by " + ", ".join(
                 "%s %s" % (r["workload"], size_name(r["size"])) for r in m)
+        if n:
+            verdict += "; too noisy to judge: " + ", ".join(
+                "%s %s" % (r["workload"], size_name(r["size"])) for r in n)
         print("goal %s: %s" % (g, verdict))
     print()
     print("written: %s" % ", ".join(os.path.join(out, n) for n in

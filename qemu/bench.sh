@@ -10,7 +10,7 @@
 # and the CRC settings beside the numbers (qemu/bench-report.py).
 #
 # Environment: BENCH_SECS (per measurement, default 4), BENCH_ROUNDS (rounds
-# alternating the drivers, best of N, default 2), BENCH_ONLY (regular expression on workload names),
+# alternating the drivers, default 3: each ratio's median and range), BENCH_ONLY (regular expression on workload names),
 # BENCH_DRIVERS (which of siw rsiw siw-nocrc rsiw-nocrc, default all),
 # BENCH_CORE=1 also runs the protocol core's host microbenchmark (criterion).
 set -euo pipefail
@@ -31,7 +31,7 @@ if ! "$VENV/bin/python3" -c 'import matplotlib' 2>/dev/null; then
 fi
 
 vm_lock
-progress "benchmark VM (TCG): siw and rsiw, with CRC and without, then iperf3; about 20 minutes"
+progress "benchmark VM (TCG): siw and rsiw, with CRC and without, then iperf3; about 10 minutes a round"
 env_args=()
 for v in BENCH_SECS BENCH_ROUNDS BENCH_ONLY BENCH_DRIVERS; do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")

@@ -3,13 +3,17 @@
 # the C siw and on rsiw, each with CRC and without, one driver after the
 # other for each workload, plus
 # iperf3 as the TCP ceiling. Writes OUT/raw.csv (one line a measurement:
-# workload,size,driver,crc,MBps) and OUT/env (kernel, CPU, settings). Progress
-# goes to stdout.
+# workload,size,driver,crc,round,MBps), OUT/cpu.csv (one line per family,
+# round and driver: family,round,driver,busy %,idle %,steal % of the guest's
+# CPU time meanwhile, from /proc/stat), OUT/counters.csv (for each rsiw
+# measurement, the growth of the device's counters of work per payload byte)
+# and OUT/env (kernel, CPU, settings).
+# Progress goes to stdout.
 #
 # Usage: guest-bench.sh OUT_DIR
 # Environment: BENCH_SECS (seconds per measurement, default 4), BENCH_ROUNDS
-# (rounds over all drivers, alternating them; each driver's best is kept,
-# default 2),
+# (rounds over all drivers, alternating them, default 3; the report gives each
+# ratio's median and range over the rounds),
 # BENCH_ONLY (a regular expression on workload names: ulp-*, perf-*, nfs-*,
 # nvme-*, iperf3), BENCH_DRIVERS (default "siw rsiw siw-nocrc rsiw-nocrc").
 # shellcheck source-path=SCRIPTDIR
@@ -18,7 +22,9 @@ cd "$(dirname "$0")/.." || exit 1
 RSIW_ROOT=$(pwd)
 OUT=$1
 SECS=${BENCH_SECS:-4}
-ROUNDS=${BENCH_ROUNDS:-2}
+ROUNDS=${BENCH_ROUNDS:-3}
+# The round being measured (from 1), recorded with each measurement.
+ROUND=0
 ONLY=${BENCH_ONLY:-.}
 RSIW_KO=$RSIW_ROOT/drivers/rsiw/rsiw.ko
 ULP_KO=$RSIW_ROOT/selftests/ulp/rsiw_ulp.ko
@@ -37,8 +43,42 @@ say() { printf '[bench] %s\n' "$*"; }
 record() { # WORKLOAD SIZE DRIVER MBPS
 	local crc=1
 	[[ $3 == *-nocrc || $3 == tcp ]] && crc=0
-	printf '%s,%s,%s,%s,%s\n' "$1" "$2" "$3" "$crc" "$4" >>"$OUT/raw.csv"
+	printf '%s,%s,%s,%s,%s,%s\n' "$1" "$2" "$3" "$crc" "$ROUND" "$4" >>"$OUT/raw.csv"
 	say "$1 $2 $3: $4 MB/s"
+	work_record "$1" "$2" "$3"
+}
+
+# The device's counters that measure the work per payload byte (rsiw's; the C
+# siw has none), in counters.csv's column order.
+WORK_COUNTERS=(tx_payload_bytes rx_payload_bytes tx_payload_copied_bytes
+	tx_payload_by_reference_bytes rx_payload_bounced_bytes tx_tcp_copied_bytes
+	tx_crc_bytes rx_crc_bytes tx_batches tx_fpdus rx_fpdus)
+# work_snapshot: the counters of $LINK now, in WORK_COUNTERS order (empty
+# without them).
+work_snapshot() {
+	local d=/sys/class/infiniband/${LINK:-none}/ports/1/hw_counters n v out=()
+	[ -r "$d/tx_crc_bytes" ] || return 0
+	for n in "${WORK_COUNTERS[@]}"; do
+		read -r v <"$d/$n" || v=0
+		out+=("$v")
+	done
+	echo "${out[*]}"
+}
+# work_record WORKLOAD SIZE DRIVER: one line of counters.csv, the counters'
+# growth since the last measurement on this device (the measurement's work:
+# both ends are on the device).
+work_record() {
+	local now i row a b
+	now=$(work_snapshot)
+	[ -n "$now" ] && [ -n "${WORK_LAST:-}" ] || { WORK_LAST=$now; return 0; }
+	read -ra a <<<"$WORK_LAST"
+	read -ra b <<<"$now"
+	row="$1,$2,$3,$ROUND"
+	for i in "${!b[@]}"; do
+		row+=",$((b[i] - a[i]))"
+	done
+	echo "$row" >>"$OUT/counters.csv"
+	WORK_LAST=$now
 }
 wanted() { [[ $1 =~ $ONLY ]]; }
 WORKLOADS=(ulp-write ulp-read ulp-send ulp-ping perf-write perf-read perf-send perf-lat
@@ -73,6 +113,7 @@ link_up() {
 	fi
 	rdma link add "${type}0" type "$type" netdev "$ND" || return
 	LINK=${type}0
+	WORK_LAST=$(work_snapshot)
 }
 link_down() {
 	[ -n "${LINK:-}" ] || return 0
@@ -90,6 +131,26 @@ link_down() {
 	echo "crc=siw and rsiw with CRC (siw.mpa_crc_required=1), and both without (-nocrc)"
 } >"$OUT/env"
 : >"$OUT/raw.csv"
+: >"$OUT/cpu.csv"
+echo "workload,size,driver,round,${WORK_COUNTERS[*]}" | tr ' ' , >"$OUT/counters.csv"
+
+# cpu_times: the guest's CPU time so far, "TOTAL IDLE STEAL" in ticks (the
+# first line of /proc/stat: user nice system idle iowait irq softirq steal).
+cpu_times() {
+	awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $5 + $6, $9; exit }' /proc/stat
+}
+# cpu_record FAMILY DRIVER BEFORE: one line of cpu.csv, the shares of the CPU
+# time since BEFORE (a cpu_times line) that were busy, idle and stolen. A
+# guest whose host is busy elsewhere shows steal (where the hypervisor counts
+# it) or runs slow with the same shares: compare rounds.
+cpu_record() {
+	local t0 i0 s0 t1 i1 s1
+	read -r t0 i0 s0 <<<"$3"
+	read -r t1 i1 s1 < <(cpu_times)
+	awk -v f="$1" -v r="$ROUND" -v d="$2" -v t=$((t1 - t0)) -v i=$((i1 - i0)) -v s=$((s1 - s0)) \
+		'BEGIN { if (t <= 0) t = 1; printf "%s,%d,%s,%.1f,%.1f,%.1f\n", f, r, d, 100 * (t - i - s) / t, 100 * i / t, 100 * s / t }' \
+		>>"$OUT/cpu.csv"
+}
 
 # ------------------------------------------------------------ kernel verbs
 
@@ -249,10 +310,11 @@ fi
 
 # Rounds alternate the drivers, every other round in reverse order, so that a
 # drift of the host's speed during the run hits each driver alike; the report
-# keeps each driver's best round.
+# takes each ratio round by round.
 for w in ulp perf nfs nvme; do
 	family_wanted "$w" || continue
 	for ((round = 0; round < ROUNDS; round++)); do
+		ROUND=$((round + 1))
 		order=("${DRIVERS[@]}")
 		if ((round % 2)); then
 			order=()
@@ -261,7 +323,9 @@ for w in ulp perf nfs nvme; do
 		for drv in "${order[@]}"; do
 			say "$w on $drv (round $((round + 1)) of $ROUNDS)"
 			link_up "$drv" || { say "cannot bring up $drv"; continue; }
+			cpu_before=$(cpu_times)
 			"${w}_bench" "$drv" || say "$w on $drv failed"
+			cpu_record "$w" "$drv" "$cpu_before"
 			if [[ $drv == rsiw* ]]; then
 				# What the connections negotiated and how payload went out.
 				{ echo "# after $w on $drv"; cat /sys/kernel/debug/rsiw/mpa; } >>"$OUT/rsiw-counters"
@@ -274,6 +338,7 @@ for w in ulp perf nfs nvme; do
 done
 
 if wanted iperf3; then
+	ROUND=1
 	iperf3 -s -D -B "$IP" -1 >/dev/null 2>&1
 	sleep 1
 	mbps=$(timeout $((SECS + 30)) iperf3 -c "$IP" -t "$SECS" -J 2>/dev/null |

@@ -363,11 +363,14 @@ else
 	done
 	for n in tx_fpdus rx_fpdus tx_payload_bytes rx_payload_bytes \
 		tx_payload_by_reference_bytes tx_payload_copied_bytes rx_payload_bounced_bytes \
+		tx_crc_bytes rx_crc_bytes tx_tcp_copied_bytes tx_batches \
 		cm_established cm_rejected cm_failed cm_mpa_timeouts cm_handshakes_refused; do
 		[[ " $stat_out " == *" $n "[0-9]* ]] || bad+="$n(missing) "
 	done
-	[[ $stat_out =~ \ tx_fpdus\ ([0-9]+) ]] && ((BASH_REMATCH[1] > 0)) || bad+="tx_fpdus(zero) "
-	[[ $stat_out =~ \ cm_established\ ([0-9]+) ]] && ((BASH_REMATCH[1] > 0)) || bad+="cm_established(zero) "
+	# The connections had CRC (rsiw asks for it by default) and sent data.
+	for n in tx_fpdus cm_established tx_crc_bytes rx_crc_bytes tx_batches; do
+		[[ $stat_out =~ \ $n\ ([0-9]+) ]] && ((BASH_REMATCH[1] > 0)) || bad+="$n(zero) "
+	done
 	if [ -z "$bad" ]; then
 		tap_ok "rdma statistic show link $dev/1 agrees with sysfs"
 	else

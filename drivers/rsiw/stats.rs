@@ -33,6 +33,14 @@ pub(crate) enum Counter {
     /// Of the payload received, the octets placed through the bounce buffer (an FPDU whose CRC
     /// could not be checked ahead of placement).
     RxPayloadBouncedBytes,
+    /// Octets the transmit path ran CRC32c over (headers and pad included).
+    TxCrcBytes,
+    /// Octets the receive path ran CRC32c over (a lookahead check included).
+    RxCrcBytes,
+    /// Octets TCP copied out of the transmit buffer (sent as a copy, not by reference).
+    TxTcpCopiedBytes,
+    /// Batches of FPDUs handed to TCP: one `sendmsg` each, more when TCP takes one in parts.
+    TxBatches,
     /// FPDUs received with a bad CRC.
     RxCrcErrors,
     /// Terminates sent, by the layer of the error they report.
@@ -67,6 +75,10 @@ pub(crate) static NAMES: [StatDesc; NUM] = [
     StatDesc::new(c_str!("tx_payload_by_reference_bytes")),
     StatDesc::new(c_str!("tx_payload_copied_bytes")),
     StatDesc::new(c_str!("rx_payload_bounced_bytes")),
+    StatDesc::new(c_str!("tx_crc_bytes")),
+    StatDesc::new(c_str!("rx_crc_bytes")),
+    StatDesc::new(c_str!("tx_tcp_copied_bytes")),
+    StatDesc::new(c_str!("tx_batches")),
     StatDesc::new(c_str!("rx_crc_errors")),
     StatDesc::new(c_str!("tx_terminate_rdmap")),
     StatDesc::new(c_str!("tx_terminate_ddp")),

@@ -28,7 +28,7 @@
 use super::{lock, tx, IrqEntry, QpInner, RecvEntry, MAX_SGE};
 use crate::{
     cq,
-    crc::KernelCrc32c,
+    crc::CountedCrc32c,
     device::Rsiw,
     mem::{self, AccessError, MapError, MrShared},
     proto::{
@@ -39,7 +39,7 @@ use crate::{
         negotiate::{check_first_fpdu, Negotiated},
         rdmap::{Offending, Opcode, Terminate, QN_TERMINATE},
     },
-    stats::{self, Counter},
+    stats::{self, Counter, Counters},
 };
 use kernel::{
     alloc::KVVec,
@@ -376,7 +376,7 @@ fn process(
     chunk: &[u8],
     ahead: &Ahead<'_, '_>,
 ) -> Result<Flow, Fail> {
-    let crc = KernelCrc32c;
+    let crc = CountedCrc32c::new(&qp.data().counters, Counter::RxCrcBytes);
     let mut input = chunk;
     loop {
         let sess = inner.sess.as_mut().ok_or(Fail {
@@ -405,7 +405,7 @@ fn process(
             }
             RxEvent::Payload { len, offset } => {
                 let at = chunk.len() - input.len();
-                if decide(inner, ahead, ahead.at + at) == Decision::Wait {
+                if decide(&qp.data().counters, inner, ahead, ahead.at + at) == Decision::Wait {
                     return Ok(Flow::Wait(at));
                 }
                 let n = len.min(input.len());
@@ -440,7 +440,7 @@ enum Decision {
 /// send all of the rest: then its CRC is checked ahead once it is complete, and its payload
 /// copied once. Otherwise (a window too small, which waiting would never reopen) it goes
 /// through the bounce buffer.
-fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> Decision {
+fn decide(counters: &Counters, inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> Decision {
     let Some(rx) = inner.sess.as_mut().map(|s| &mut s.rx) else {
         return Decision::Go;
     };
@@ -475,7 +475,7 @@ fn decide(inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> Decision {
         cur.placement = Placement::Bounce;
         return Decision::Go;
     }
-    let crc = KernelCrc32c;
+    let crc = CountedCrc32c::new(counters, Counter::RxCrcBytes);
     let body = n.saturating_sub(CRC_LEN);
     let mut reg = rx.stream.lookahead_crc();
     let mut trailer = [0u8; CRC_LEN];
@@ -681,7 +681,7 @@ fn catastrophic() -> Fail {
 /// Places payload octets `src` at `offset` of the current segment's payload, as its
 /// [`Placement`] says.
 fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<(), Fail> {
-    let crc = KernelCrc32c;
+    let crc = CountedCrc32c::new(&qp.data().counters, Counter::RxCrcBytes);
     let recv = inner.cur_recv;
     let sink = inner.orq.front().map(|o| o.sink);
     let sess = inner.sess.as_mut().ok_or_else(catastrophic)?;

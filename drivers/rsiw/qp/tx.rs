@@ -39,7 +39,7 @@
 
 use super::{complete_sq_head, link, lock, IrqEntry, OrqEntry, QpInner, SendKind, MAX_SGE};
 use crate::{
-    crc::KernelCrc32c,
+    crc::CountedCrc32c,
     device::Rsiw,
     mem,
     proto::{
@@ -246,6 +246,11 @@ pub(crate) struct TxState {
 }
 
 impl TxState {
+    /// Whether no message is being sent and no RTR is owed.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.job.is_none() && self.rtr.is_none()
+    }
+
     /// The socket's MSS new FPDUs are sized for, and their MULPDU.
     pub(crate) fn sizes(&self) -> (u32, u16) {
         (self.mss, self.mulpdu)
@@ -395,6 +400,12 @@ pub(super) fn run(qp: QpRef<Rsiw>) {
             (None, true) => Mode::Copy,
             (None, false) => Mode::Splice,
         };
+        if matches!(mode, Mode::Copy) {
+            // CAST: `usize` is at most 64 bits wide.
+            qp.data()
+                .counters
+                .add(Counter::TxTcpCopiedBytes, stage.len() as u64);
+        }
         let p = Pending {
             sock,
             token,
@@ -445,6 +456,7 @@ fn send_round(
         (_, Mode::Copy) => SendAs::Copy,
         _ => SendAs::Splice,
     };
+    qp.data().counters.inc(Counter::TxBatches);
     match p.sock.send_batch_nowait(batch, how) {
         // Copies are made and spliced pages are never written again: the work requests that
         // ended in this round may complete (those that wait for no token). TCP holds its own
@@ -853,7 +865,7 @@ fn emit(
     limit: usize,
     frags_max: usize,
 ) -> Result<bool, BuildError> {
-    let crc = KernelCrc32c;
+    let crc = CountedCrc32c::new(&qp.data().counters, Counter::TxCrcBytes);
     let pd = qp.pd().id();
     while !job.seg.is_done() {
         if stage.len() >= limit || stage.batch.frags_left() < frags_max {
@@ -884,7 +896,7 @@ fn build_fpdu(
     source: Source,
     f: &mut FpduTx,
     stage: &mut Stage<'_>,
-    crc: &KernelCrc32c,
+    crc: &CountedCrc32c<'_>,
 ) -> Result<(), BuildError> {
     let internal = |_| BuildError::Local;
     while let Some(p) = f.next_piece(crc).map_err(internal)? {
@@ -910,7 +922,7 @@ fn add_payload(
     len: u32,
     f: &mut FpduTx,
     stage: &mut Stage<'_>,
-    crc: &KernelCrc32c,
+    crc: &CountedCrc32c<'_>,
 ) -> Result<(), BuildError> {
     let zc = inner.sess.as_ref().and_then(|s| s.zc.as_ref());
     // A Read Response's source may be spliced without a token: the peer completes its Read
@@ -994,7 +1006,7 @@ fn add_range(
     by_ref: ByReference<'_>,
     f: &mut FpduTx,
     stage: &mut Stage<'_>,
-    crc: &KernelCrc32c,
+    crc: &CountedCrc32c<'_>,
     counters: &Counters,
 ) -> Result<(), BuildError> {
     r.with_slice(|b| f.feed_payload(crc, b))

@@ -58,6 +58,14 @@ tap_check_fails "unknown link type: rdma link add rsiwx type nosuchtype fails" \
 tap_match "unknown link type: rdma says \"Invalid argument\"" "^error: Invalid argument\$" "$OUT"
 tap_no_match "unknown link type: no kernel splat" "$VM_SPLAT_PATTERNS" "$(kmsg_since_mark)"
 
+# 0b. A device name that does not exist: rdma refuses it before the kernel
+# would act.
+tap_check_fails "unknown device: rdma link delete rsiwnone fails" rdma link delete rsiwnone
+tap_match "unknown device: rdma names the problem" "[Ww]rong device name|No such device" "$OUT"
+tap_check_fails "unknown device: rdma statistic show link rsiwnone/1 fails" \
+	rdma statistic show link rsiwnone/1
+tap_match "unknown device: rdma statistic names the problem" "[Ww]rong device name|No such device" "$OUT"
+
 # 1. No such netdev: the core looks the name up before calling the driver.
 rejected "no such netdev" rsiw0 rsiwnone0 "No such device"
 tap_result "$(rdma_dev_gone rsiw0; echo $?)" "no such netdev: nothing registered" "$(rdma dev show 2>&1)"

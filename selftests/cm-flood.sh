@@ -107,10 +107,14 @@ timed_mount() {
 # "all" when the ULP keeps every connection it accepted (knfsd keeps at most
 # 64 that have not sent a valid RPC, sv_maxconn, and closes the oldest).
 flood() {
-	local what=$1 check=$3 keeps=$4 admitted
+	local what=$1 check=$3 keeps=$4 admitted refused
 	port=$2
 	shift 4
 	kmsg_mark
+	refused=0
+	if ! rsiw_is_reference && hw_read "$dev" cm_handshakes_refused; then
+		refused=${HW_NOW#*=}
+	fi
 	# shellcheck disable=SC2034 # read through coproc_line's and coproc_end's namerefs
 	coproc FLOOD_PROC { exec python3 "$FLOOD" --addr "$ip" --port "$port" --source "$src" \
 		--idle "$IDLE" --mpa "$MPA" "$@" 2>&1; }
@@ -128,6 +132,16 @@ flood() {
 		"$admitted established"
 	tap_match "$what: $dev logged the connections it reset" \
 		"$dev: too many MPA handshakes in progress: connection from $src:[0-9]+ reset" "$(kmsg_since_mark)"
+	if rsiw_is_reference; then
+		tap_skip "$what: rdma statistic counts the connections reset" "rsiw's counters"
+	else
+		# Each idle connection the listener did not let wait was reset.
+		hw_read "$dev" cm_handshakes_refused
+		refused=$((${HW_NOW#*=} - refused))
+		tap_result "$((refused > 0 && refused <= IDLE && refused + admitted <= IDLE ? 0 : 1))" \
+			"$what: cm_handshakes_refused counts the connections reset ($refused)" \
+			"$refused reset, $admitted waiting, of $IDLE"
+	fi
 	coproc_line FLOOD_PROC 400
 	tap_result "$([[ $LINE == "mpa $MPA" ]] && echo 0 || echo 1)" \
 		"$what: $MPA more connections complete MPA and stay silent" "$LINE"

@@ -25,12 +25,15 @@ dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:11 ip=198.18.0.1 port=20886
 
 ulp_setup $dev $nd $mac $ip $port
 mpa=/sys/kernel/debug/rsiw/mpa
+# The connection settings are module parameters (the debugfs file shows them,
+# and what the connections negotiated).
+P=/sys/module/rsiw/parameters
 # Both ends are in this VM: by default (zerocopy=auto) rsiw copies payload to a
 # peer on this host, where TCP would copy zero-copy data on delivery anyway.
 # zerocopy=on sends it by reference all the same, so that this test exercises
 # zero copy; the default is checked (and restored) at the end.
 if ! rsiw_is_reference; then
-	tap_check "zero copy to peers on this host too (zerocopy=on)" sh -c "echo zerocopy=on > $mpa"
+	tap_check "zero copy to peers on this host too (zerocopy=on)" sh -c "echo on > $P/zerocopy"
 fi
 
 client="client addr=$ip port=$port"
@@ -112,22 +115,36 @@ else
 	tap_diag "payload by reference $zc_ref bytes, copied $zc_copied bytes; zero-copy sends $zc_sends, released $zc_rel"
 	# The default leaves loopback connections out: the same 4 MiB WRITE is
 	# copied, with no zero-copy send.
-	tap_check "default zero-copy mode (zerocopy=auto)" sh -c "echo zerocopy=auto > $mpa"
+	tap_check "default zero-copy mode (zerocopy=auto)" sh -c "echo auto > $P/zerocopy"
 	ulp_run "write, zerocopy=auto" "$client test=write size=4194304 sge=1"
 	zc_copied2=$(tx_count tx_payload_copied) zc_sends2=$(tx_count zc_sends) zc_ref2=$(tx_count tx_payload_by_reference)
 	tap_result "$((${zc_copied2:-0} - ${zc_copied:-0} >= 4194304 && zc_sends2 == zc_sends && zc_ref2 == zc_ref ? 0 : 1))" \
 		"zerocopy=auto copies payload to a peer on this host" \
 		"copied +$((zc_copied2 - zc_copied)) bytes, by reference +$((zc_ref2 - zc_ref)), zero-copy sends +$((zc_sends2 - zc_sends))"
 fi
-# MPA modes (rsiw's /sys/kernel/debug/rsiw/mpa applies to both ends here):
+# MPA modes, set through the module parameters (which apply to both ends here):
 # Markers, CRC off, revision 1, and each peer-to-peer RTR type. The counters
-# in the same file show that the connections really negotiated the mode.
+# in rsiw's debugfs file show that the connections really negotiated the mode.
+# set_mode [rev=1] [crc=0] [markers=1] [rtr=TYPE]: the defaults (RTR type
+# first: revision 1 refuses one), then these.
+set_mode() {
+	local kv
+	echo none >$P/rtr && echo 2 >$P/rev && echo Y >$P/crc && echo N >$P/markers || return
+	for kv in "$@"; do
+		case $kv in
+		crc=0) echo N >$P/crc ;;
+		markers=1) echo Y >$P/markers ;;
+		*) echo "${kv#*=}" >"$P/${kv%%=*}" ;;
+		esac || return
+	done
+}
 mpa_count() { awk -v k="$1" 'NR == 2 { for (i = 1; i <= NF; i++) { split($i, f, "="); if (f[1] == k) print f[2] } }' "$mpa"; }
 if rsiw_is_reference; then
-	tap_skip "MPA modes (Markers, CRC off, rev 1, RTR types)" "set through rsiw's debugfs; the C siw uses module parameters"
+	tap_skip "MPA modes (Markers, CRC off, rev 1, RTR types)" "rsiw's module parameters"
 else
 	for mode in "markers=1" "crc=0" "rev=1" "rtr=write" "rtr=read" "rtr=send" "markers=1 crc=0 rtr=read"; do
-		tap_check "set MPA mode '$mode'" sh -c "echo 'rev=2 crc=1 markers=0 rtr=none $mode' > $mpa"
+		# shellcheck disable=SC2086 # one word per setting
+		tap_check "set MPA mode '$mode' (module parameters)" set_mode $mode
 		case $mode in
 		markers=1*) key=markers want=more ;;
 		crc=0) key=crc want=same ;;
@@ -147,7 +164,7 @@ else
 				"'$mode': connections established without $key" "established +$((est1 - est0)), $key +$((k1 - k0))"
 		fi
 	done
-	tap_check "restore the default MPA mode" sh -c "echo 'rev=2 crc=1 markers=0 rtr=none' > $mpa"
+	tap_check "restore the default MPA mode" set_mode
 fi
 ulp_run "64 QPs" "$client test=qps qps=64 size=65537 sge=2"
 ulp_run "teardown in flight" "$client test=teardown"

@@ -4,7 +4,7 @@
 # from a second address, none of which sends an MPA Request, then FLOOD_MPA
 # connections that complete MPA (the ULP accepts them: a QP each) and then
 # stay silent. Twice: against the test ULP's rdma_cm listener, and against
-# knfsd's NFS/RDMA listener (port 20049) with FLOOD_NFS_MPA (default 50)
+# knfsd's NFS/RDMA listener (port 20049) with FLOOD_NFS_MPA (default 25)
 # silent connections: knfsd sets each up and tears it down one at a time,
 # about 0.45 s each under TCG. Meanwhile a normal connection must
 # be up within 10 s, twice: an rdma_cm connect with a Write through the test
@@ -29,9 +29,9 @@ require rdma python3 ss mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:51 ip=198.18.0.1 src=198.18.0.2 ulp_port=20890
 # make check's sizes (IDLE still well past the per-source limit of 64);
 # make check-full runs 1000, 300 and 300.
-IDLE=${FLOOD_IDLE:-300}
-MPA=${FLOOD_MPA:-100}
-NFS_MPA=${FLOOD_NFS_MPA:-50}
+IDLE=${FLOOD_IDLE:-150}
+MPA=${FLOOD_MPA:-50}
+NFS_MPA=${FLOOD_NFS_MPA:-25}
 FLOOD=$SELFTESTS/hostile/flood.py
 export_dir=$TEST_TMP/export
 # shellcheck disable=SC2034 # used in timed_mount's eval

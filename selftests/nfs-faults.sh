@@ -20,6 +20,9 @@
 # QP or CM id left on either device, no socket on the NFS port in either
 # namespace but TIME-WAIT, no splat, no leak.
 # timeout: 1500
+# tier: full (make soak puts NFS/RDMA through the same faults, netem, resets,
+# link down and MTU changes, for 30 minutes; in make check, netns runs the test
+# ULP through netem across namespaces)
 # Functions run through tap_check look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

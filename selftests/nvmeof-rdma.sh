@@ -4,7 +4,7 @@
 # namespace and a brd RAM disk namespace on 198.18.0.1:4420 (a dummy netdev
 # with the RDMA device on it) and nvme-rdma connects to it. fio with crc32c
 # verification on both namespaces (4 KiB random and 1 MiB sequential,
-# direct I/O); 6 connect/disconnect cycles with I/O (NVME_CYCLES; make
+# direct I/O); 2 connect/disconnect cycles with I/O (NVME_CYCLES; make
 # check-full runs 50, and judges slab growth a cycle too: see
 # slab_rate_judged), then no QP, MR or CQ left on the device and no kmemleak
 # report. Last,
@@ -27,7 +27,7 @@ require rdma nvme fio
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:22 ip=198.18.0.1 svcid=$NVME_RDMA_PORT
 nqn=nqn.2014-08.org.rsiw:selftest-nvmeof
 # make check's sizes; make check-full's are bigger (scripts/check.sh).
-NVME_CYCLES=${NVME_CYCLES:-4}
+NVME_CYCLES=${NVME_CYCLES:-2}
 # fio jobs: rw:bs:size, on each namespace.
 NVME_FIO=${NVME_FIO:-randwrite:4k:2m write:1m:16m}
 # How long a disconnect may take to free the target's QPs with SRQs.

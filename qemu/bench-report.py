@@ -126,6 +126,7 @@ def main():
     env["host_cpu"] = host_cpu
     # (workload, size, driver) -> {round: MB/s}
     samples = {}
+    failed = []
     with open(os.path.join(out, "raw.csv")) as f:
         for row in csv.reader(f):
             if len(row) == 6:
@@ -135,6 +136,10 @@ def main():
                 w, size, drv, _crc, v = row
                 rnd = len(samples.get((w, int(size), drv), {})) + 1
             else:
+                continue
+            if float(v) <= 0:
+                # A measurement that failed (the guest's log says why): not a speed.
+                failed.append("%s %s %s round %s" % (w, size_name(size), drv, rnd))
                 continue
             samples.setdefault((w, int(size), drv), {})[int(rnd)] = float(v)
     mbps = {k: median(list(v.values())) for k, v in samples.items()}
@@ -218,6 +223,9 @@ def main():
           round(SPREAD_MAX * 100))
     print(" crc/TCP: rsiw with CRC over iperf3)")
     print()
+    if failed:
+        print("failed measurements (left out): %s" % ", ".join(failed))
+        print()
     if cpu:
         print("guest CPU while each driver ran (% busy / idle / steal, per round):")
         for (fam, drv), per in sorted(cpu.items()):

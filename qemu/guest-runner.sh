@@ -22,6 +22,8 @@
 #   debug_locks   lockdep's debug_locks before and after (0: lockdep is off)
 #   leftover.txt  processes, RDMA links, netdevs and modules the test left
 #                 behind (they are removed so the next test starts clean)
+#   after-test    seconds the runner spent after the test: leftovers, the
+#                 two kmemleak scans and the wait between them
 #   ended         when the checks after the test were done
 #   exit          the test's exit status, 124 when it timed out; written last
 set -uo pipefail
@@ -42,6 +44,12 @@ kmemleak=/sys/kernel/debug/kmemleak
 KMEMLEAK_MIN_AGE=${KMEMLEAK_MIN_AGE:-5}
 
 kmsg() { echo "rsiw-selftest: $*" >/dev/kmsg; }
+# elapsed T0 T1: seconds from one $EPOCHREALTIME to another, to 0.1 s.
+# Integer arithmetic on the microseconds: no fork (forks are slow under TCG).
+elapsed() {
+	local d=$(((10#${2/./} - 10#${1/./}) / 100000))
+	echo "$((d / 10)).$((d % 10))"
+}
 
 # kmemleak_scan OUT [SINCE]: scan, wait until KMEMLEAK_MIN_AGE s have passed
 # since SINCE (a $SECONDS value; default now), scan again, save the report and
@@ -52,14 +60,17 @@ kmsg() { echo "rsiw-selftest: $*" >/dev/kmsg; }
 # (out of metadata, or an error), it refuses the scan: that is a failure, not
 # silence.
 kmemleak_scan() {
-	local wait
+	local wait t0=$EPOCHREALTIME t1 t2
 	if [ -w "$kmemleak" ] && echo scan 2>/dev/null >"$kmemleak"; then
+		t1=$EPOCHREALTIME
 		# $SECONDS counts whole seconds: one more makes the age certain.
 		wait=$((${2:-$SECONDS} + KMEMLEAK_MIN_AGE + 1 - SECONDS))
 		((wait > 0)) && sleep "$wait"
+		t2=$EPOCHREALTIME
 		if echo scan 2>/dev/null >"$kmemleak"; then
 			cat "$kmemleak" >"$1"
 			echo clear >"$kmemleak"
+			scan_times="scan1=$(elapsed "$t0" "$t1") wait=$(elapsed "$t1" "$t2") scan2=$(elapsed "$t2" "$EPOCHREALTIME")"
 			return
 		fi
 	fi
@@ -67,16 +78,47 @@ kmemleak_scan() {
 	dmesg | grep -m 3 'kmemleak:' >>"$1"
 }
 
+# What runs between two tests reads /proc and /sys with shell builtins: every
+# fork costs tens of milliseconds under TCG, and the old ps/awk/comm pipelines
+# here took 2 s per test.
+
 # debug_locks: 1 while lockdep checks, 0 once it has switched itself off (after
 # its first report, for the rest of the boot).
 debug_locks() {
-	[ -r /proc/lockdep_stats ] || { echo none; return; }
-	awk '$1 == "debug_locks:" { print $2; found = 1 } END { if (!found) print "none" }' /proc/lockdep_stats
+	local key value
+	if [ -r /proc/lockdep_stats ]; then
+		while read -r key value _; do
+			[ "$key" = debug_locks: ] && { echo "$value"; return; }
+		done </proc/lockdep_stats
+	fi
+	echo none
 }
 
-netdevs() { ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | sort; }
-rdma_links() { ls /sys/class/infiniband 2>/dev/null; }
-rdma_modules() { lsmod | awk '$1 == "rsiw" || $1 == "siw" { print $1 }'; }
+netdevs() { local d; for d in /sys/class/net/*; do echo "${d##*/}"; done; }
+rdma_links() { local d; for d in /sys/class/infiniband/*; do [ -e "$d" ] && echo "${d##*/}"; done; }
+# Loaded modules have an initstate (a built-in one has none).
+rdma_modules() { local m; for m in rsiw siw; do [ -e "/sys/module/$m/initstate" ] && echo "$m"; done; }
+
+new_netdevs() { # BEFORE: the netdevs not listed in file BEFORE
+	local -A had=()
+	local d
+	while read -r d; do had[$d]=1; done <"$1"
+	for d in $(netdevs); do [ -n "${had[$d]:-}" ] || echo "$d"; done
+}
+
+session_pids() { # SID: the processes of session SID
+	local f line
+	local -a rest
+	for f in /proc/[0-9]*/stat; do
+		read -r line 2>/dev/null <"$f" || continue
+		# pid (comm) state ppid pgrp session ...: comm may hold spaces and
+		# parentheses; the fields after it are numbers and a state letter,
+		# split without a here-string (which writes a temporary file).
+		# shellcheck disable=SC2206
+		rest=(${line##*) })
+		[ "${rest[3]:-}" = "$1" ] && echo "${line%% *}"
+	done
+}
 
 leftovers() { # NETDEVS_BEFORE OUT SESSION: report and remove what the test left behind
 	local dev mod pid
@@ -85,11 +127,11 @@ leftovers() { # NETDEVS_BEFORE OUT SESSION: report and remove what the test left
 		echo "rdma device $dev" >>"$2"
 		rdma link delete "$dev" >>"$2" 2>&1
 	done
-	for dev in $(comm -13 "$1" <(netdevs)); do
+	for dev in $(new_netdevs "$1"); do
 		echo "netdev $dev" >>"$2"
 		ip link delete "$dev" >>"$2" 2>&1
 	done
-	for pid in $(ps -o pid= -s "$3" 2>/dev/null); do
+	for pid in $(session_pids "$3"); do
 		echo "process $(ps -o pid=,stat=,args= -p "$pid")" >>"$2"
 		kill -KILL "$pid" 2>/dev/null
 	done
@@ -114,16 +156,17 @@ dmesg >"$results/boot-dmesg.txt"
 uname -r >"$results/kernel"
 
 for test in "${tests[@]}"; do
-	name=$(basename "$test" .sh)
+	name=${test##*/}
+	name=${name%.sh}
 	dir=$results/$name
 	mkdir -p "$dir"
 	netdevs >"$dir/.netdevs"
-	tainted_before=$(cat /proc/sys/kernel/tainted)
+	read -r tainted_before </proc/sys/kernel/tainted
 	locks_before=$(debug_locks)
 	echo "guest-runner: begin $name"
-	marker="begin $name $(date +%s%N)"
+	marker="begin $name ${EPOCHREALTIME/./}"
 	kmsg "$marker"
-	date +%s >"$dir/started"
+	printf '%(%s)T\n' -1 >"$dir/started"
 	sync
 	# In a session of its own (this script leads no process group, so setsid
 	# does not fork): whatever the test started and left running can be found.
@@ -134,13 +177,18 @@ for test in "${tests[@]}"; do
 	echo "guest-runner: end $name rc=$rc"
 	kmsg "end $name rc=$rc"
 	test_end=$SECONDS
+	t_end=$EPOCHREALTIME
 	leftovers "$dir/.netdevs" "$dir/leftover.txt" $session
 	rm -f "$dir/.netdevs"
+	t_left=$EPOCHREALTIME
+	scan_times=
 	kmemleak_scan "$dir/kmemleak.txt" "$test_end"
+	echo "leftovers=$(elapsed "$t_end" "$t_left") $scan_times" >"$dir/after-test"
 	dmesg | sed -n "/rsiw-selftest: $marker\$/,\$p" >"$dir/dmesg.txt"
-	echo "$tainted_before $(cat /proc/sys/kernel/tainted)" >"$dir/taint"
+	read -r tainted_after </proc/sys/kernel/tainted
+	echo "$tainted_before $tainted_after" >"$dir/taint"
 	echo "$locks_before $(debug_locks)" >"$dir/debug_locks"
-	date +%s >"$dir/ended"
+	printf '%(%s)T\n' -1 >"$dir/ended"
 	sync
 	# Renamed into place: the host polls for this file and must never read it half-written.
 	echo "$rc" >"$dir/exit.tmp"

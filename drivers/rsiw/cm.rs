@@ -434,8 +434,8 @@ fn receive_frame(
                 let input = buf.get(..n).unwrap_or(&[]);
                 let step = m.on_data(input);
                 if step.consumed > 0 {
-                    let mut sink = [0u8; MAX_FRAME_LEN];
-                    let Some(dst) = sink.get_mut(..step.consumed) else {
+                    // Taken into the same buffer: they are the octets just peeked.
+                    let Some(dst) = buf.get_mut(..step.consumed) else {
                         return Some(MpaEvent::Failed(MpaFailure::Close(closed_error())));
                     };
                     // The octets are queued (just peeked), so this cannot block.

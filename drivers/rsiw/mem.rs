@@ -178,31 +178,31 @@ impl MrShared {
     /// kernel memory it covers, in order, while the region cannot be invalidated.
     ///
     /// `f` returning an error stops the walk; that error is returned as [`MapError::Copy`].
-    pub(crate) fn access(
+    pub(crate) fn access<E>(
         &self,
         stag: u32,
         pd: PdId,
         rights: u32,
         addr: u64,
         len: u64,
-        mut f: impl FnMut(KernelRange) -> Result,
-    ) -> Result<(), MapError> {
+        mut f: impl FnMut(KernelRange) -> Result<(), E>,
+    ) -> Result<(), MapError<E>> {
         let mut st = self.state.lock();
         self.check_locked(&st, stag, pd, rights, addr, len)
             .map_err(MapError::Access)?;
         if len == 0 {
             return Ok(());
         }
-        let fault = MapError::Access(AccessError::Fault);
+        let fault = || MapError::Access(AccessError::Fault);
         match &self.kind {
             Kind::Dma(all) => {
-                let n = usize::try_from(len).map_err(|_| fault)?;
+                let n = usize::try_from(len).map_err(|_| fault())?;
                 let range = if rights & RIGHTS_REMOTE != 0 {
                     all.peer_range(addr, n, |page| global_rkey_reaches(page, rights))
                 } else {
                     all.range(addr, n)
                 };
-                f(range.map_err(|_| fault)?).map_err(MapError::Copy)
+                f(range.map_err(|_| fault())?).map_err(MapError::Copy)
             }
             Kind::Frwr | Kind::User => {
                 let start = addr - st.iova + st.lead;
@@ -223,7 +223,7 @@ impl MrShared {
                     }
                     let n = (rlen - skip).min(left);
                     // Both fit in `usize`: they are at most the run's length.
-                    let part = run.sub(skip as usize, n as usize).map_err(|_| fault)?;
+                    let part = run.sub(skip as usize, n as usize).map_err(|_| fault())?;
                     st.hint = (idx, run_start);
                     f(part).map_err(MapError::Copy)?;
                     left -= n;
@@ -234,7 +234,7 @@ impl MrShared {
                     }
                 }
                 if left != 0 {
-                    return Err(fault);
+                    return Err(fault());
                 }
                 Ok(())
             }
@@ -261,11 +261,13 @@ impl MrShared {
             // At most `MAX_FRWR_PAGES` runs to walk, or a user region's own, from the hint.
             Kind::Frwr | Kind::User => len,
         };
-        self.access(stag, pd, RIGHTS_READ, addr, probe, |_| Ok(()))
-            .map_err(|e| match e {
-                MapError::Access(a) => a,
-                MapError::Copy(_) => AccessError::Fault,
-            })
+        self.access(stag, pd, RIGHTS_READ, addr, probe, |_| {
+            Ok::<(), core::convert::Infallible>(())
+        })
+        .map_err(|e| match e {
+            MapError::Access(a) => a,
+            MapError::Copy(never) => match never {},
+        })
     }
 
     /// Invalidates the region if `stag` names it, as a local or remote invalidate does; with
@@ -605,27 +607,28 @@ pub(crate) const RIGHTS_LOCAL_WRITE: u32 = ACCESS_LOCAL_WRITE;
 /// Rights reading a local buffer to send it needs (every valid region allows it).
 pub(crate) const RIGHTS_LOCAL_READ: u32 = 0;
 
-/// Why an access through a region failed.
+/// Why an access through a region failed: the region's refusal, or the caller's function's own
+/// error `E` (which ended the walk).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum MapError {
+pub(crate) enum MapError<E = Error> {
     /// The region refused the access.
     Access(AccessError),
     /// The caller's function failed.
-    Copy(Error),
+    Copy(E),
 }
 
 /// Walks the kernel memory behind `len` bytes at offset `off` of the message the SGEs in `sges`
 /// describe, resolving each through its lkey in PD `pd` with `rights`, and calls `f` with each
 /// piece and its offset in the message.
-pub(crate) fn walk_sges(
+pub(crate) fn walk_sges<E>(
     dev: &kernel::rdma::device::Device<Rsiw>,
     pd: PdId,
     sges: &[Sge],
     rights: u32,
     off: u64,
     len: u64,
-    mut f: impl FnMut(u64, KernelRange) -> Result,
-) -> Result<(), MapError> {
+    mut f: impl FnMut(u64, KernelRange) -> Result<(), E>,
+) -> Result<(), MapError<E>> {
     let mut skip = off;
     let mut left = len;
     let mut pos = off;

@@ -79,6 +79,28 @@ impl<T: Clone> Ring<T> {
         Ok(())
     }
 
+    /// Appends the entry `make` returns, once `fill` completed it in its slot: a large entry is
+    /// built where it stays rather than on the caller's stack. If `fill` fails, nothing is
+    /// appended; `ENOMEM` if the ring is full.
+    #[inline(always)]
+    pub(crate) fn push_with(
+        &mut self,
+        make: impl FnOnce() -> T,
+        fill: impl FnOnce(&mut T) -> Result,
+    ) -> Result {
+        if self.len == self.slots.len() {
+            return Err(ENOMEM);
+        }
+        let tail = self.wrap(self.head + self.len);
+        let slot = self.slots.get_mut(tail).ok_or(ENOMEM)?;
+        if let Err(e) = fill(slot.insert(make())) {
+            *slot = None;
+            return Err(e);
+        }
+        self.len += 1;
+        Ok(())
+    }
+
     /// Removes and returns the oldest entry.
     pub(crate) fn pop(&mut self) -> Option<T> {
         if self.len == 0 {

@@ -433,7 +433,7 @@ impl Conn {
     pub(crate) fn post_ctrl_recv(&self) -> TResult {
         let sge = Sge::from_buf(&self.ctrl_rx, 0, MSG_LEN).at("control SGE")?;
         self.qp()?
-            .post_recv(&[RecvWr::new(WR_CTRL_RX).sge(sge).at("control receive")?])
+            .post_recv(&[RecvWr::new(WR_CTRL_RX).sge(&sge).at("control receive")?])
             .at("ib_post_recv (control)")
     }
 
@@ -544,7 +544,7 @@ impl Conn {
         let sge = Sge::from_buf(&self.ctrl_tx, 0, MSG_LEN).at("control SGE")?;
         self.qp()?
             .post_send(&[SendWr::send(WR_CTRL_TX)
-                .sge(sge)
+                .sge(&sge)
                 .at("control send")?
                 .signaled()])
             .at("ib_post_send (control)")
@@ -1033,7 +1033,7 @@ pub(crate) fn reg_mr(c: &mut Conn, p: &Params, stale: bool) -> TResult {
     let sge = Sge::from_buf(&data.buf, GUARD, 1).at("SGE")?;
     c.qp()?
         .post_send(&[SendWr::write(WR_DATA + 1, iova, k1)
-            .sge(sge)
+            .sge(&sge)
             .at("WRITE")?
             .signaled()])
         .at("ib_post_send (stale WRITE)")?;
@@ -1132,9 +1132,14 @@ pub(crate) fn unsignaled(c: &mut Conn, p: &Params) -> TResult {
     let (iova, rkey) = c.target(N * PIECE, 0, 2)?;
     let data = c.region(N * PIECE, 1)?;
     data.fill(0, p.seed).at("filling")?;
-    let mut wrs = KVec::with_capacity(N, GFP_KERNEL).at("allocating")?;
+    // Work requests borrow their SGEs: all are made first.
+    let mut sges = KVec::with_capacity(N, GFP_KERNEL).at("allocating")?;
     for i in 0..N {
         let sge = Sge::from_buf(&data.buf, GUARD + i * PIECE, PIECE).at("SGE")?;
+        sges.push(sge, GFP_KERNEL).at("allocating")?;
+    }
+    let mut wrs = KVec::with_capacity(N, GFP_KERNEL).at("allocating")?;
+    for (i, sge) in sges.iter().enumerate() {
         let mut wr = SendWr::write(WR_DATA + i as u64, iova + (i * PIECE) as u64, rkey)
             .sge(sge)
             .at("WRITE")?;
@@ -1238,7 +1243,7 @@ pub(crate) fn many(p: &Params, qps: usize) -> TResult {
         let sge = Sge::from_mr(&mr, 0, p.size).at("SGE")?;
         c.qp()?
             .post_send(&[SendWr::read_inv(WR_DATA, iova, rkey, mr.lkey())
-                .sge(sge)
+                .sge(&sge)
                 .at("READ")?
                 .signaled()])
             .at("ib_post_send (READ)")?;
@@ -1273,7 +1278,7 @@ pub(crate) fn teardown(p: &Params) -> TResult {
                 .signaled();
             wrs.push(w, GFP_KERNEL).at("allocating")?;
             let r = SendWr::read(WR_DATA + 100 + i, iova, rkey)
-                .sge(rsge)
+                .sge(&rsge)
                 .at("READ")?
                 .signaled();
             wrs.push(r, GFP_KERNEL).at("allocating")?;
@@ -1519,6 +1524,7 @@ impl OverOp {
 /// A work request with one SGE more than the device allows (`max_send_sge`, `max_recv_sge` or
 /// `max_sge_rd`) must be refused by the post with `EINVAL`, and the QP must go on working.
 /// Returns why the check could not run here, if it could not.
+#[inline(never)]
 pub(crate) fn sge_over(p: &Params, op: OverOp) -> TResult<Option<&'static str>> {
     const PIECE: usize = 64;
     let mut c = Conn::connect(p.dst, ConnOpts::default())?;
@@ -1531,7 +1537,7 @@ pub(crate) fn sge_over(p: &Params, op: OverOp) -> TResult<Option<&'static str>> 
     if n > kernel::rdma::consumer::qp::MAX_SGE {
         c.close()?;
         return Ok(Some(
-            "the device allows 8 SGEs, as many as kernel::rdma::consumer builds (MAX_SGE)",
+            "the device allows as many SGEs as kernel::rdma::consumer builds (MAX_SGE)",
         ));
     }
     let data = c.region(n * PIECE, 1)?;
@@ -1628,9 +1634,14 @@ pub(crate) fn rd_max(p: &Params) -> TResult<RdMax> {
     let (iova, rkey) = c.target(n * PIECE, p.seed, 1)?;
     let sink = c.region(n * PIECE, 1)?;
     let mr = c.register(&sink, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let mut wrs = KVec::with_capacity(n, GFP_KERNEL).at("allocating")?;
+    // Work requests borrow their SGEs: all are made first.
+    let mut sges = KVec::with_capacity(n, GFP_KERNEL).at("allocating")?;
     for i in 0..n {
         let sge = Sge::from_mr(&mr, i * PIECE, PIECE).at("the sink SGE")?;
+        sges.push(sge, GFP_KERNEL).at("allocating")?;
+    }
+    let mut wrs = KVec::with_capacity(n, GFP_KERNEL).at("allocating")?;
+    for (i, sge) in sges.iter().enumerate() {
         let wr = SendWr::read(WR_DATA + i as u64, iova + (i * PIECE) as u64, rkey)
             .sge(sge)
             .at("building a READ")?

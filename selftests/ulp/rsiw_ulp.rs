@@ -331,6 +331,10 @@ impl Ulp {
     }
 
     /// Runs one functional test on a fresh connection (or several for `qps`).
+    ///
+    /// Never inlined, nor is [`client::sge_over`]: each test's frame then lives only while it
+    /// runs, on top of the caller's, which a control file's `write` keeps on the syscall stack.
+    #[inline(never)]
     fn one(&self, name: &str, p: &Params, qps: usize) -> TResult {
         let flags = SendFlags::default();
         let simple = |f: &dyn Fn(&mut Conn) -> TResult| -> TResult {

@@ -471,7 +471,7 @@ fn accept(shared: &Arc<Shared>, req: ConnRequest<'_, ServerCm>, event: &CmEvent<
     qp.attach_buf(&ctrl_rx)?;
     qp.attach_buf(&ctrl_tx)?;
     if srq.is_none() {
-        qp.post_recv(&[RecvWr::new(WR_CTRL_RX).sge(Sge::from_buf(&ctrl_rx, 0, MSG_LEN)?)?])?;
+        qp.post_recv(&[RecvWr::new(WR_CTRL_RX).sge(&Sge::from_buf(&ctrl_rx, 0, MSG_LEN)?)?])?;
     }
     let ird = caps.max_qp_rd_atom.min(255);
     let ord = u32::from(event.responder_resources).min(caps.max_qp_init_rd_atom);
@@ -584,14 +584,18 @@ impl ConnRes {
             return Ok(());
         }
         let qp = self.id.qp()?;
-        qp.post_recv(&[RecvWr::new(WR_CTRL_RX).sge(Sge::from_buf(&self.ctrl_rx, 0, MSG_LEN)?)?])?;
+        qp.post_recv(&[RecvWr::new(WR_CTRL_RX).sge(&Sge::from_buf(
+            &self.ctrl_rx,
+            0,
+            MSG_LEN,
+        )?)?])?;
         Ok(())
     }
 
     fn reply(&self, m: Msg) -> Result {
         self.ctrl_tx.write(0, &m.encode())?;
         let qp = self.id.qp()?;
-        qp.post_send(&[SendWr::send(WR_SEND).sge(Sge::from_buf(&self.ctrl_tx, 0, MSG_LEN)?)?])?;
+        qp.post_send(&[SendWr::send(WR_SEND).sge(&Sge::from_buf(&self.ctrl_tx, 0, MSG_LEN)?)?])?;
         Ok(())
     }
 
@@ -852,11 +856,16 @@ impl ConnRes {
         let qp = self.id.qp()?;
         let region = Region::new(&self.pd, len, count)?;
         qp.attach_buf(&region.buf)?;
-        let mut wrs = KVec::with_capacity(count, GFP_KERNEL)?;
+        // Work requests borrow their SGEs: all lists are made first.
+        let mut lists = KVec::with_capacity(count, GFP_KERNEL)?;
         for i in 0..count {
             let sges = region.sges(i, nsge.try_into()?, self.qcaps.max_recv_sge.try_into()?)?;
+            lists.push(sges, GFP_KERNEL)?;
+        }
+        let mut wrs = KVec::with_capacity(count, GFP_KERNEL)?;
+        for (i, sges) in lists.iter().enumerate() {
             // CAST: `i < count <= RQ_DEPTH`.
-            wrs.push(RecvWr::new(WR_DATA_RX | i as u64).sges(&sges)?, GFP_KERNEL)?;
+            wrs.push(RecvWr::new(WR_DATA_RX | i as u64).sges(sges)?, GFP_KERNEL)?;
         }
         qp.post_recv(&wrs)?;
         self.data = Some(region);

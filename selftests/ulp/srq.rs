@@ -309,7 +309,7 @@ impl SrqConn {
         let sge = Sge::from_buf(&self.ctrl_tx, 0, MSG_LEN).at("control SGE")?;
         self.qp()?
             .post_send(&[SendWr::send(WR_CTRL_TX)
-                .sge(sge)
+                .sge(&sge)
                 .at("control send")?
                 .signaled()])
             .at("ib_post_send (control)")?;

@@ -728,6 +728,9 @@ pub(crate) fn copy_sges(list: &[Sge], max: u32) -> Result<([Sge; MAX_SGE as usiz
 }
 
 /// `ib_post_send` for one work request.
+///
+/// The queue entry (a few hundred bytes with its SGEs and inline data) is built in its ring
+/// slot: ULPs post from deep stacks (NFS writeback, for one), so this frame stays small.
 pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     let d = qp.data();
     if d.user.is_some() {
@@ -757,38 +760,30 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
         },
         SendOp::LocalInv { rkey } => SendKind::LocalInv { rkey },
     };
-    let local = matches!(kind, SendKind::RegMr { .. } | SendKind::LocalInv { .. });
-    let max_sge = if matches!(kind, SendKind::Read { .. }) {
-        MAX_SGE_RD
+    let payload = if matches!(kind, SendKind::RegMr { .. } | SendKind::LocalInv { .. }) {
+        Payload::None
+    } else if wr.flags.inline && !matches!(kind, SendKind::Read { .. }) {
+        let total = wr
+            .sges
+            .iter()
+            .try_fold(0u32, |t, s| t.checked_add(s.length))
+            .ok_or(EINVAL)?;
+        if total > MAX_INLINE {
+            return Err(EINVAL);
+        }
+        Payload::Inline
     } else {
-        d.cap.max_send_sge
-    };
-    let inline = if wr.flags.inline && !matches!(kind, SendKind::Read { .. }) {
-        let mut data = InlineData {
-            len: 0,
-            bytes: [0; MAX_INLINE as usize],
+        let max_sge = if matches!(kind, SendKind::Read { .. }) {
+            MAX_SGE_RD
+        } else {
+            d.cap.max_send_sge
         };
-        data.len = wr.copy_inline(&mut data.bytes)? as u32;
-        Some(data)
-    } else {
-        None
-    };
-    let (sges, num_sge) = if inline.is_some() || local {
-        ([NO_SGE; MAX_SGE as usize], 0)
-    } else {
-        copy_sges(wr.sges, max_sge)?
+        if wr.sges.len() > max_sge as usize {
+            return Err(EINVAL);
+        }
+        Payload::Sges
     };
     let opcode = kind.wc_opcode();
-    let entry = SendEntry {
-        wr_id: wr.wr_id,
-        op: kind,
-        signaled,
-        solicited: wr.flags.solicited,
-        fence: wr.flags.fence,
-        sges,
-        num_sge,
-        inline,
-    };
     match inner.state {
         QpState::Error => {
             let up = cq::queue(qp.send_cq(), flush_wc(qp, wr.wr_id, opcode), false);
@@ -799,11 +794,57 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
             if inner.sq.len() + inner.sent.len() >= d.cap.max_send_wr as usize {
                 return Err(ENOMEM);
             }
-            inner.sq.push(entry).map_err(|_| ENOMEM)?;
+            let make = || SendEntry {
+                wr_id: wr.wr_id,
+                op: kind,
+                signaled,
+                solicited: wr.flags.solicited,
+                fence: wr.flags.fence,
+                sges: [NO_SGE; MAX_SGE as usize],
+                num_sge: 0,
+                inline: None,
+            };
+            inner.sq.push_with(make, |e| payload.fill(e, wr))?;
             tx::kick(qp);
             Ok(())
         }
         _ => Err(enotconn()),
+    }
+}
+
+/// What a posted send work request carries, checked before it is queued.
+#[derive(Clone, Copy)]
+enum Payload {
+    /// Nothing (a local operation).
+    None,
+    /// Its SGEs' bytes, copied at post time (at most [`MAX_INLINE`] in all).
+    Inline,
+    /// Its SGEs (at most the QP's limit).
+    Sges,
+}
+
+impl Payload {
+    /// Completes the queue entry `e` of `wr` in its slot.
+    fn fill(self, e: &mut SendEntry, wr: &SendWr<'_, Rsiw>) -> Result {
+        match self {
+            Payload::None => {}
+            Payload::Inline => {
+                let data = e.inline.insert(InlineData {
+                    len: 0,
+                    bytes: [0; MAX_INLINE as usize],
+                });
+                // CAST: At most `MAX_INLINE` bytes fit.
+                data.len = wr.copy_inline(&mut data.bytes)? as u32;
+            }
+            Payload::Sges => {
+                for (d, s) in e.sges.iter_mut().zip(wr.sges) {
+                    *d = *s;
+                }
+                // CAST: Checked against the QP's limit, at most `MAX_SGE`.
+                e.num_sge = wr.sges.len() as u8;
+            }
+        }
+        Ok(())
     }
 }
 

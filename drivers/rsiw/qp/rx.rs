@@ -529,11 +529,11 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
             let mr = mem::lookup(qp.device(), h.stag)
                 .ok_or(TermError::DdpTagged(DdpTagged::InvalidStag))?;
             mr.access(h.stag, pd, mem::RIGHTS_WRITE, h.to, u64::from(len), |_| {
-                Ok(())
+                Ok::<(), core::convert::Infallible>(())
             })
             .map_err(|e| match e {
                 MapError::Access(a) => tagged_error(a),
-                MapError::Copy(_) => TermError::DdpCatastrophic,
+                MapError::Copy(never) => match never {},
             })?;
             Ok(Target::Tagged {
                 mr,

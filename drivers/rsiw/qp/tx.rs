@@ -932,15 +932,9 @@ fn add_payload(
         Source::IrqHead => ByReference::Plain,
         _ => zc.map_or(ByReference::TcpCopies, ByReference::Token),
     };
-    let mut failed = None;
-    let mut add = |r: kernel::rdma::mr::KernelRange| -> Result {
-        let res = add_range(r, by_ref, f, stage, crc, &qp.data().counters);
-        res.map_err(|e| {
-            failed = Some(e);
-            EINVAL
-        })
-    };
-    let res = match source {
+    let mut add =
+        |r: kernel::rdma::mr::KernelRange| add_range(r, by_ref, f, stage, crc, &qp.data().counters);
+    match source {
         Source::SqHead => {
             let e = inner.sq.front().ok_or(BuildError::Local)?;
             if let Some(i) = &e.inline {
@@ -962,7 +956,11 @@ fn add_payload(
                 u64::from(len),
                 |_, r| add(r),
             )
-            .map_err(|_| BuildError::Local)
+            .map_err(|e| match e {
+                mem::MapError::Access(_) => BuildError::Local,
+                // What `add_range` failed with (no memory for the batch, say).
+                mem::MapError::Copy(e) => e,
+            })
         }
         Source::IrqHead => {
             let r: &IrqEntry = inner.irq.front().ok_or(BuildError::Local)?;
@@ -977,14 +975,10 @@ fn add_payload(
             mr.access(r.src_stag, pd, mem::RIGHTS_READ, at, u64::from(len), add)
                 .map_err(|e| match e {
                     mem::MapError::Access(a) => BuildError::Remote(a),
-                    mem::MapError::Copy(_) => BuildError::Local,
+                    mem::MapError::Copy(e) => e,
                 })
         }
         Source::SqRead | Source::None => Err(BuildError::Local),
-    };
-    match failed {
-        Some(e) => Err(e),
-        None => res,
     }
 }
 
@@ -1026,11 +1020,12 @@ fn add_range(
         if allowed {
             match r.push_by_reference(stage.batch) {
                 Ok(true) => {
-                    let copies = matches!(by_ref, ByReference::TcpCopies);
-                    stage.tcp_copies |= copies;
+                    stage.tcp_copies |= matches!(by_ref, ByReference::TcpCopies);
                     stage.spliced |= matches!(by_ref, ByReference::Plain);
-                    crate::knobs::count_tx_payload(!copies, r.len());
-                    count_tx_payload(counters, r.len(), !copies);
+                    // By reference, also when TCP copies it (that copy counts as
+                    // `TxTcpCopiedBytes` when the round is sent): rsiw copied nothing.
+                    crate::knobs::count_tx_payload(true, r.len());
+                    count_tx_payload(counters, r.len(), true);
                     return Ok(());
                 }
                 Ok(false) => {}
@@ -1043,7 +1038,8 @@ fn add_range(
     r.with_slice(|b| stage.push(b))
 }
 
-/// Counts `n` payload octets sent, from the consumer's pages if `by_reference`.
+/// Counts `n` payload octets sent: added to the batch by reference to the consumer's pages if
+/// `by_reference`, else copied into the batch's own pages.
 fn count_tx_payload(c: &Counters, n: usize, by_reference: bool) {
     // CAST: `usize` is at most 64 bits wide.
     let n = n as u64;

@@ -6,7 +6,9 @@
 //! requests are plain Rust values built with the [`SendWr`] and [`RecvWr`] builders; they are
 //! translated into the C structures (`ib_send_wr`, `ib_rdma_wr`, `ib_reg_wr`, `ib_recv_wr`) on
 //! the stack for the duration of [`Qp::post_send`] / [`Qp::post_recv`], as providers copy work
-//! requests when they are posted.
+//! requests when they are posted. A work request borrows its SGEs, as the C one points at its
+//! `sg_list`: it stays a few words long whatever their number, which keeps the stack frames of
+//! code that builds many small (a post runs on the caller's stack, down into the provider).
 //!
 //! Every SGE and `REG_MR` must name a buffer or MR attached to the QP (see [`super::mem`] for
 //! why); posting checks that and fails with `EINVAL` for the offending work request.
@@ -30,12 +32,15 @@ use crate::{
 };
 use core::{mem::MaybeUninit, ptr::NonNull};
 
-/// The most SGEs a work request built here can carry.
-pub const MAX_SGE: usize = 8;
+/// The most SGEs a work request built here can carry: more than the iWARP software providers
+/// allow (siw 6, rsiw 8), so that a consumer can also build a request one SGE over such a
+/// device's limit, to see it refused.
+pub const MAX_SGE: usize = 16;
 
 /// The most work requests handed to the provider in one `ib_post_send`/`ib_post_recv` call;
-/// longer lists are posted in batches of this size.
-pub const POST_BATCH: usize = 8;
+/// longer lists are posted in batches of this size. With [`MAX_SGE`], it bounds the C SGE
+/// arrays a post builds on the stack (`POST_BATCH * MAX_SGE` of 16 octets: 1 KiB).
+pub const POST_BATCH: usize = 4;
 
 /// The sizes of a QP's queues, asked for at creation and granted by the provider.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -132,26 +137,14 @@ impl Sge {
     }
 }
 
-/// The SGEs of a work request (at most [`MAX_SGE`]).
-#[derive(Clone, Copy)]
-pub(super) struct SgeList {
-    pub(super) sges: [Option<Sge>; MAX_SGE],
-    n: usize,
-}
-
-impl SgeList {
-    const EMPTY: SgeList = SgeList {
-        sges: [None; MAX_SGE],
-        n: 0,
-    };
-
-    fn extend(&mut self, sges: &[Sge]) -> Result {
-        for s in sges {
-            *self.sges.get_mut(self.n).ok_or(EINVAL)? = Some(*s);
-            self.n += 1;
-        }
-        Ok(())
+/// Sets the SGEs of a work request that has none yet (`EINVAL` if it has, or beyond
+/// [`MAX_SGE`]).
+fn set_sges<'a>(list: &mut &'a [Sge], sges: &'a [Sge]) -> Result {
+    if !list.is_empty() || sges.len() > MAX_SGE {
+        return Err(EINVAL);
     }
+    *list = sges;
+    Ok(())
 }
 
 /// Flags of a send-queue work request (`enum ib_send_flags`).
@@ -199,7 +192,7 @@ pub struct SendWr<'a> {
     wr_id: u64,
     op: SendOp<'a>,
     flags: SendFlags,
-    sgl: SgeList,
+    sges: &'a [Sge],
 }
 
 impl<'a> SendWr<'a> {
@@ -208,7 +201,7 @@ impl<'a> SendWr<'a> {
             wr_id,
             op,
             flags: SendFlags::default(),
-            sgl: SgeList::EMPTY,
+            sges: &[],
         }
     }
 
@@ -269,14 +262,14 @@ impl<'a> SendWr<'a> {
         Self::new(wr_id, SendOp::LocalInv(key))
     }
 
-    /// Adds an SGE (`EINVAL` beyond [`MAX_SGE`]).
-    pub fn sge(self, sge: Sge) -> Result<Self> {
-        self.sges(&[sge])
+    /// Sets the one SGE (`EINVAL` if the request has SGEs already).
+    pub fn sge(self, sge: &'a Sge) -> Result<Self> {
+        self.sges(core::slice::from_ref(sge))
     }
 
-    /// Adds SGEs (`EINVAL` beyond [`MAX_SGE`]).
-    pub fn sges(mut self, sges: &[Sge]) -> Result<Self> {
-        self.sgl.extend(sges)?;
+    /// Sets the SGEs (`EINVAL` if the request has SGEs already, or beyond [`MAX_SGE`]).
+    pub fn sges(mut self, sges: &'a [Sge]) -> Result<Self> {
+        set_sges(&mut self.sges, sges)?;
         Ok(self)
     }
 
@@ -293,12 +286,7 @@ impl<'a> SendWr<'a> {
 
     /// The total length of the SGEs.
     pub fn len(&self) -> u64 {
-        self.sgl
-            .sges
-            .iter()
-            .flatten()
-            .map(|s| u64::from(s.len))
-            .sum()
+        self.sges.iter().map(|s| u64::from(s.len)).sum()
     }
 
     /// Whether the work request carries no data.
@@ -309,28 +297,25 @@ impl<'a> SendWr<'a> {
 
 /// A receive work request.
 #[derive(Clone, Copy)]
-pub struct RecvWr {
+pub struct RecvWr<'a> {
     wr_id: u64,
-    pub(super) sgl: SgeList,
+    pub(super) sges: &'a [Sge],
 }
 
-impl RecvWr {
+impl<'a> RecvWr<'a> {
     /// A receive with no SGEs yet (a zero-length receive until SGEs are added).
     pub fn new(wr_id: u64) -> Self {
-        RecvWr {
-            wr_id,
-            sgl: SgeList::EMPTY,
-        }
+        RecvWr { wr_id, sges: &[] }
     }
 
-    /// Adds an SGE (`EINVAL` beyond [`MAX_SGE`]).
-    pub fn sge(self, sge: Sge) -> Result<Self> {
-        self.sges(&[sge])
+    /// Sets the one SGE (`EINVAL` if the request has SGEs already).
+    pub fn sge(self, sge: &'a Sge) -> Result<Self> {
+        self.sges(core::slice::from_ref(sge))
     }
 
-    /// Adds SGEs (`EINVAL` beyond [`MAX_SGE`]).
-    pub fn sges(mut self, sges: &[Sge]) -> Result<Self> {
-        self.sgl.extend(sges)?;
+    /// Sets the SGEs (`EINVAL` if the request has SGEs already, or beyond [`MAX_SGE`]).
+    pub fn sges(mut self, sges: &'a [Sge]) -> Result<Self> {
+        set_sges(&mut self.sges, sges)?;
         Ok(self)
     }
 }
@@ -649,7 +634,7 @@ impl Qp {
             let attached = self.attached.lock();
             for (i, wr) in wrs.iter().enumerate() {
                 let fail = |error| PostError { index: i, error };
-                check_sges(&attached, &wr.sgl.sges).map_err(fail)?;
+                check_sges(&attached, wr.sges).map_err(fail)?;
                 if let SendOp::RegMr { mr, .. } = wr.op {
                     let ok = attached
                         .iter()
@@ -666,7 +651,7 @@ impl Qp {
                 index: i,
                 error: EINVAL,
             })?;
-            for (c, s) in sg.iter_mut().zip(wr.sgl.sges.iter().flatten()) {
+            for (c, s) in sg.iter_mut().zip(wr.sges) {
                 *c = bindings::ib_sge {
                     addr: s.addr,
                     length: s.len,
@@ -679,13 +664,13 @@ impl Qp {
             unsafe {
                 let base = &mut c.rdma.wr;
                 base.__bindgen_anon_1.wr_id = wr.wr_id;
-                base.sg_list = if wr.sgl.n > 0 {
+                base.sg_list = if !wr.sges.is_empty() {
                     sg.as_mut_ptr()
                 } else {
                     core::ptr::null_mut()
                 };
-                // CAST: `nsge <= MAX_SGE`.
-                base.num_sge = wr.sgl.n as i32;
+                // CAST: At most `MAX_SGE` (`set_sges`).
+                base.num_sge = wr.sges.len() as i32;
                 base.send_flags = wr.flags.0;
                 base.opcode = match wr.op {
                     SendOp::Send => bindings::ib_wr_opcode_IB_WR_SEND,
@@ -768,7 +753,7 @@ impl Qp {
     }
 
     /// Posts receive work requests, in order. Same rules as [`Qp::post_send`].
-    pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), PostError> {
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         let mut base = 0;
         for batch in wrs.chunks(POST_BATCH) {
             self.post_recv_batch(batch).map_err(|e| PostError {
@@ -780,15 +765,14 @@ impl Qp {
         Ok(())
     }
 
-    fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<(), PostError> {
+    fn post_recv_batch(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         if wrs.is_empty() {
             return Ok(());
         }
         {
             let attached = self.attached.lock();
             for (i, wr) in wrs.iter().enumerate() {
-                check_sges(&attached, &wr.sgl.sges)
-                    .map_err(|error| PostError { index: i, error })?;
+                check_sges(&attached, wr.sges).map_err(|error| PostError { index: i, error })?;
             }
         }
         post_recv_chain(wrs, |first, bad| {
@@ -858,8 +842,8 @@ impl Qp {
 }
 
 /// Checks that every SGE lies in an attached buffer or the mapping of an attached MR.
-pub(super) fn check_sges(attached: &[Attached], sges: &[Option<Sge>]) -> Result {
-    for s in sges.iter().flatten() {
+pub(super) fn check_sges(attached: &[Attached], sges: &[Sge]) -> Result {
+    for s in sges {
         let ok = match s.src {
             SgeSrc::Buf(p) => attached.iter().any(|a| {
                 matches!(a, Attached::Buf(b) if core::ptr::eq(&**b, p) && b.contains_dma(s.addr, s.len))
@@ -884,7 +868,7 @@ pub(super) fn check_sges(attached: &[Attached], sges: &[Option<Sge>]) -> Result 
 /// arrays on this stack frame and hands it to `post` (which returns the provider's result and
 /// stores the refused work request in its second argument); maps a refused one to its index.
 pub(super) fn post_recv_chain(
-    wrs: &[RecvWr],
+    wrs: &[RecvWr<'_>],
     post: impl FnOnce(*const bindings::ib_recv_wr, *mut *const bindings::ib_recv_wr) -> i32,
 ) -> Result<(), PostError> {
     let n = wrs.len();
@@ -905,7 +889,7 @@ pub(super) fn post_recv_chain(
     // SAFETY: All-zero is a valid `ib_recv_wr`.
     let mut cwrs: [bindings::ib_recv_wr; POST_BATCH] = unsafe { core::mem::zeroed() };
     for ((wr, c), sg) in wrs.iter().zip(cwrs.iter_mut()).zip(csges.iter_mut()) {
-        for (cs, s) in sg.iter_mut().zip(wr.sgl.sges.iter().flatten()) {
+        for (cs, s) in sg.iter_mut().zip(wr.sges) {
             *cs = bindings::ib_sge {
                 addr: s.addr,
                 length: s.len,
@@ -913,13 +897,13 @@ pub(super) fn post_recv_chain(
             };
         }
         c.__bindgen_anon_1.wr_id = wr.wr_id;
-        c.sg_list = if wr.sgl.n > 0 {
+        c.sg_list = if !wr.sges.is_empty() {
             sg.as_mut_ptr()
         } else {
             core::ptr::null_mut()
         };
-        // CAST: `nsge <= MAX_SGE`.
-        c.num_sge = wr.sgl.n as i32;
+        // CAST: At most `MAX_SGE` (`set_sges`).
+        c.num_sge = wr.sges.len() as i32;
     }
     let first = cwrs.as_mut_ptr();
     for i in 0..n {

@@ -201,13 +201,13 @@ impl Srq {
     /// Posts receive work requests, in order (`ib_post_srq_recv`). Must be called in process
     /// context (it takes a mutex to check attachments). On failure, reports the first refused
     /// work request (`ENOMEM` when the SRQ is full).
-    pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), PostError> {
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         let mut base = 0;
         for batch in wrs.chunks(POST_BATCH) {
             {
                 let attached = self.attached.lock();
                 for (i, wr) in batch.iter().enumerate() {
-                    check_sges(&attached, &wr.sgl.sges).map_err(|error| PostError {
+                    check_sges(&attached, wr.sges).map_err(|error| PostError {
                         index: base + i,
                         error,
                     })?;

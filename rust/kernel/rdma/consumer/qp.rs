@@ -7,8 +7,8 @@
 //! translated into the C structures (`ib_send_wr`, `ib_rdma_wr`, `ib_reg_wr`, `ib_recv_wr`) on
 //! the stack for the duration of [`Qp::post_send`] / [`Qp::post_recv`], as providers copy work
 //! requests when they are posted. A work request borrows its SGEs, as the C one points at its
-//! `sg_list`: it stays a few words long whatever their number, which keeps the stack frames of
-//! code that builds many small (a post runs on the caller's stack, down into the provider).
+//! `sg_list`: it stays a few words long whatever their number, so code that builds many of them
+//! keeps small stack frames (a post runs on the caller's stack, down into the provider).
 //!
 //! Every SGE and `REG_MR` must name a buffer or MR attached to the QP (see [`super::mem`] for
 //! why); posting checks that and fails with `EINVAL` for the offending work request.

@@ -763,12 +763,7 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     let payload = if matches!(kind, SendKind::RegMr { .. } | SendKind::LocalInv { .. }) {
         Payload::None
     } else if wr.flags.inline && !matches!(kind, SendKind::Read { .. }) {
-        let total = wr
-            .sges
-            .iter()
-            .try_fold(0u32, |t, s| t.checked_add(s.length))
-            .ok_or(EINVAL)?;
-        if total > MAX_INLINE {
+        if mem::sges_len(wr.sges).ok_or(EINVAL)? > MAX_INLINE {
             return Err(EINVAL);
         }
         Payload::Inline

@@ -243,33 +243,48 @@ fi
 
 # Follow both guests through the results directory: each half's "started"
 # and "exit" files. Kill both VMs when a test or the run takes too long, or
-# when either VM dies.
-i=0 reason="" seen=-1
+# when either VM dies. A test is judged once both halves' leak reports
+# (kmemleak.txt, written a test or more later: see qemu/guest-runner.sh) are
+# there too.
+leaks_done() { # NAME: both halves' leak reports for NAME are written
+	[ -f "$run/a/$1/kmemleak.txt" ] && [ -f "$run/b/$1/kmemleak.txt" ]
+}
+i=0 judged=0 reason="" seen=-1
 phase_start=$start
-while ((i < ${#tests[@]})); do
-	t=${tests[$i]}
-	name=$(basename "$t" .sh)
+while ((judged < ${#tests[@]})); do
 	now=$(date +%s)
-	if [ -f "$run/a/$name/exit" ] && [ -f "$run/b/$name/exit" ]; then
-		judge $((i + 1)) "$t"
-		i=$((i + 1))
-		phase_start=$now
+	if ((judged < i)) && leaks_done "$(basename "${tests[$judged]}" .sh)"; then
+		judge $((judged + 1)) "${tests[$judged]}"
+		judged=$((judged + 1))
 		continue
 	fi
 	started=0
-	[ -f "$run/a/$name/started" ] || [ -f "$run/b/$name/started" ] && started=1
-	if ((started)); then
-		limit=$(($(vm_test_timeout "$t") + slack))
-		what="$name did not finish within ${limit}s"
-		for role in "${ROLES[@]}"; do
-			[ -f "$run/$role/$name/exit" ] || what+=" (VM $role still running it)"
-		done
-	elif ((i == 0)); then
-		limit=$boot_timeout
-		what="the VMs did not boot and start the first test within ${limit}s"
-	else
+	if ((i == ${#tests[@]})); then
+		name=$(basename "${tests[$judged]}" .sh)
 		limit=$slack
-		what="$name did not start within ${limit}s of the previous test"
+		what="the leak check after the last test did not finish within ${limit}s"
+	else
+		t=${tests[$i]}
+		name=$(basename "$t" .sh)
+		if [ -f "$run/a/$name/exit" ] && [ -f "$run/b/$name/exit" ]; then
+			i=$((i + 1))
+			phase_start=$now
+			continue
+		fi
+		[ -f "$run/a/$name/started" ] || [ -f "$run/b/$name/started" ] && started=1
+		if ((started)); then
+			limit=$(($(vm_test_timeout "$t") + slack))
+			what="$name did not finish within ${limit}s"
+			for role in "${ROLES[@]}"; do
+				[ -f "$run/$role/$name/exit" ] || what+=" (VM $role still running it)"
+			done
+		elif ((i == 0)); then
+			limit=$boot_timeout
+			what="the VMs did not boot and start the first test within ${limit}s"
+		else
+			limit=$slack
+			what="$name did not start within ${limit}s of the previous test"
+		fi
 	fi
 	if ((now - phase_start > limit)); then
 		reason=$what
@@ -280,7 +295,7 @@ while ((i < ${#tests[@]})); do
 			if ! vm_alive_pid "${PID[$role]}"; then
 				# The guest may finish writing just as it exits.
 				sleep 1
-				[ -f "$run/$role/$name/exit" ] && continue
+				[ -f "$run/$role/$name/exit" ] && [ -f "$run/$role/$(basename "${tests[$judged]}" .sh)/kmemleak.txt" ] && continue
 				reason="VM $role exited (crash or panic?) before $name finished"
 				break
 			fi
@@ -316,20 +331,28 @@ if [ -n "$reason" ]; then
 		vm_alive_pid "${PID[$role]}" && reason+="; VM $role killed"
 	done
 	stop_all
-	name=$(basename "${tests[$i]}" .sh)
-	diags=("$reason")
-	for role in "${ROLES[@]}"; do
-		[ -f "$run/$role/$name/output.tap" ] && {
-			echo "# Subtest: $name ($role)"
-			sed 's/^/    /' "$run/$role/$name/output.tap"
-		}
-		console=$(vm_console_excerpt "$run/$role/console.log" "$name")
-		diags+=("VM $role console (full: $run/$role/console.log):" "$console")
+	# The tests both halves finished but whose leak reports never came fail on that.
+	for ((j = judged; j < i; j++)); do
+		judge $((j + 1)) "${tests[$j]}"
 	done
-	result not-ok $((i + 1)) "$name" "${diags[@]}"
-	for ((j = i + 1; j < ${#tests[@]}; j++)); do
-		result not-ok $((j + 1)) "$(basename "${tests[$j]}" .sh)" "not run: $reason"
-	done
+	if ((i == ${#tests[@]})); then
+		echo "# $reason"
+	else
+		name=$(basename "${tests[$i]}" .sh)
+		diags=("$reason")
+		for role in "${ROLES[@]}"; do
+			[ -f "$run/$role/$name/output.tap" ] && {
+				echo "# Subtest: $name ($role)"
+				sed 's/^/    /' "$run/$role/$name/output.tap"
+			}
+			console=$(vm_console_excerpt "$run/$role/console.log" "$name")
+			diags+=("VM $role console (full: $run/$role/console.log):" "$console")
+		done
+		result not-ok $((i + 1)) "$name" "${diags[@]}"
+		for ((j = i + 1; j < ${#tests[@]}; j++)); do
+			result not-ok $((j + 1)) "$(basename "${tests[$j]}" .sh)" "not run: $reason"
+		done
+	fi
 else
 	# The guests power off once their runners are done.
 	for ((j = 0; j < 60; j++)); do

@@ -63,8 +63,6 @@ check_matcher() {
 		'[    3.100000] Oops: general protection fault, probably for non-canonical address 0xdead000000000100: 0000 [#1] PREEMPT SMP'
 		'[    3.100000] Oops: 0000 [#1] PREEMPT SMP NOPTI'
 		'[    3.100000] general protection fault: 0000 [#1] SMP'
-		'[    3.100000] unreferenced object 0xffff888003d4f200 (size 64):'
-		'[    3.100000] kmemleak: 2 new suspected memory leaks (see /sys/kernel/debug/kmemleak)'
 		'[    3.100000] WARNING: possible circular locking dependency detected'
 		'[    3.100000] WARNING: inconsistent lock state'
 		'[    3.100000] WARNING: possible recursive locking detected'
@@ -97,6 +95,7 @@ check_matcher() {
 		'[    3.100000] dummy: loading out-of-tree module taints kernel.'
 		'[    3.100000] IPv6: ADDRCONF(NETDEV_CHANGE): rsiwv0: link becomes ready'
 		'[    3.100000] kmemleak: Automatic memory scanning thread ended'
+		'[    3.100000] kmemleak: 2 new suspected memory leaks (see /sys/kernel/debug/kmemleak)'
 		'[    3.100000] debugfs: Directory '"'"'rsiw0'"'"' with parent '"'"'rsiw'"'"' already present!'
 	)
 	local f
@@ -256,29 +255,43 @@ boots=1
 trap 'vm_stop; exit 130' INT TERM
 
 # Follow the guest through the results directory: each test's "started" and
-# "exit" files. Kill the VM when a test or the whole run takes too long.
-i=0 reason="" seen=-1
+# "exit" files. Kill the VM when a test or the whole run takes too long. A
+# test is judged once its leak report (kmemleak.txt) is there too, which the
+# runner writes a test or more later (after the last test, one scan about
+# 6 s on).
+i=0 judged=0 reason="" seen=-1
 phase_start=$start
-while ((i < ${#tests[@]})); do
-	t=${tests[$i]}
-	name=$(basename "$t" .sh)
-	dir=$run/$name
+while ((judged < ${#tests[@]})); do
 	now=$(date +%s)
-	if [ -f "$dir/exit" ]; then
-		judge $((i + 1)) "$name" "$dir"
-		i=$((i + 1))
-		phase_start=$now
+	if ((judged < i)) && [ -f "$run/$(basename "${tests[$judged]}" .sh)/kmemleak.txt" ]; then
+		judge $((judged + 1)) "$(basename "${tests[$judged]}" .sh)" "$run/$(basename "${tests[$judged]}" .sh)"
+		judged=$((judged + 1))
 		continue
 	fi
-	if [ -f "$dir/started" ]; then
-		limit=$(($(vm_test_timeout "$t") + slack))
-		what="$name did not finish within ${limit}s"
-	elif ((i == 0)); then
-		limit=$boot_timeout
-		what="the VM did not boot and start the first test within ${limit}s"
-	else
+	if ((i == ${#tests[@]})); then
+		name=$(basename "${tests[$judged]}" .sh)
+		dir=$run/$name
 		limit=$slack
-		what="$name did not start within ${limit}s of the previous test"
+		what="the leak check after the last test did not finish within ${limit}s"
+	else
+		t=${tests[$i]}
+		name=$(basename "$t" .sh)
+		dir=$run/$name
+		if [ -f "$dir/exit" ]; then
+			i=$((i + 1))
+			phase_start=$now
+			continue
+		fi
+		if [ -f "$dir/started" ]; then
+			limit=$(($(vm_test_timeout "$t") + slack))
+			what="$name did not finish within ${limit}s"
+		elif ((i == 0)); then
+			limit=$boot_timeout
+			what="the VM did not boot and start the first test within ${limit}s"
+		else
+			limit=$slack
+			what="$name did not start within ${limit}s of the previous test"
+		fi
 	fi
 	if ((now - phase_start > limit)); then
 		reason=$what
@@ -287,7 +300,7 @@ while ((i < ${#tests[@]})); do
 	elif ! vm_alive; then
 		# The guest may finish writing just as it exits.
 		sleep 1
-		[ -f "$dir/exit" ] && continue
+		[ -f "$dir/exit" ] && [ -f "$run/$(basename "${tests[$judged]}" .sh)/kmemleak.txt" ] && continue
 		reason="the VM exited (crash or panic?) before $name finished"
 	fi
 	if [ -n "$reason" ] && ((i == 0 && boots == 1)) && [ ! -f "$dir/started" ]; then
@@ -304,7 +317,7 @@ while ((i < ${#tests[@]})); do
 	if [ -n "$reason" ]; then
 		break
 	fi
-	if [ -f "$dir/started" ] && ((seen < i)); then
+	if ((i < ${#tests[@]})) && [ -f "$dir/started" ] && ((seen < i)); then
 		seen=$i
 		phase_start=$now
 	fi
@@ -314,11 +327,15 @@ done
 if [ -n "$reason" ]; then
 	vm_alive && reason+="; VM killed"
 	vm_stop
-	name=$(basename "${tests[$i]}" .sh)
-	console=$(vm_console_excerpt "$run/console.log" "$name")
+	# The tests that finished but whose leak report never came fail on that.
+	for ((j = judged; j < i; j++)); do
+		judge $((j + 1)) "$(basename "${tests[$j]}" .sh)" "$run/$(basename "${tests[$j]}" .sh)"
+	done
+	((i < ${#tests[@]})) || echo "# $reason"
 	for ((j = i; j < ${#tests[@]}; j++)); do
 		name=$(basename "${tests[$j]}" .sh)
 		if ((j == i)); then
+			console=$(vm_console_excerpt "$run/console.log" "$name")
 			[ -f "$run/$name/output.tap" ] && { echo "# Subtest: $name"; sed 's/^/    /' "$run/$name/output.tap"; }
 			result not-ok $((j + 1)) "$name" "$reason" "console (full: $run/console.log):" "$console"
 		else

@@ -549,12 +549,16 @@ check_no_splat() {
 
 KMEMLEAK=/sys/kernel/debug/kmemleak
 
-# kmemleak_report DESC: a check that kmemleak reports no leak now; the report
-# is cleared, so a later check sees only newer leaks (a test calls it before
-# a measured phase: what leaked so far fails DESC instead of being
-# forgotten; objects younger than 5 s are not reported yet, a later check
-# sees them). Status 1 on a leak, or
-# when kmemleak refuses to scan (it has switched itself off).
+# kmemleak_report DESC: a check that kmemleak reports no leak of this test
+# now (a test calls it before a measured phase: what leaked so far fails DESC
+# instead of being blamed on the phase; objects younger than 5 s are not
+# reported yet, a later check sees them). It looks only at objects allocated
+# since RSIW_LEAK_SINCE (jiffies: where the guest runner opened this test's
+# window; the runner attributes older ones to the tests before) and not
+# reported by an earlier check of this test. It does not clear the report:
+# the runner reads it after the test. Status 1 on a leak, or when kmemleak
+# refuses to scan (it has switched itself off).
+KMEMLEAK_SEEN=" "
 kmemleak_report() {
 	local report
 	if ! [ -w "$KMEMLEAK" ] || ! echo scan 2>/dev/null >"$KMEMLEAK" || ! echo scan 2>/dev/null >"$KMEMLEAK"; then
@@ -563,9 +567,29 @@ kmemleak_report() {
 		return 1
 	fi
 	# Two scans: the first only notes a new object's checksum; a leak is
-	# reported when a later scan finds it unreferenced and unchanged.
-	report=$(cat "$KMEMLEAK")
-	echo clear >"$KMEMLEAK"
+	# reported when a later scan finds it unreferenced and unchanged. Each
+	# object is keyed by its address and allocation time (an address is reused).
+	# An object whose allocation time cannot be read counts as this test's.
+	report=$(awk -v since="${RSIW_LEAK_SINCE:-0}" -v seen="$KMEMLEAK_SEEN" -v keyfile="$TEST_TMP/kmemleak-keys" '
+		function flush() {
+			if (obj != "" && (at == "" || at + 0 >= since + 0) && index(seen, " " key " ") == 0) {
+				printf "%s", obj
+				keys = keys key " "
+			}
+			obj = ""
+		}
+		/^unreferenced object / { flush(); obj = $0 "\n"; key = $3 "@?"; at = ""; next }
+		obj != "" {
+			obj = obj $0 "\n"
+			if ($0 ~ /^ +comm .* jiffies [0-9]+/) {
+				at = $0
+				sub(/.* jiffies /, "", at)
+				sub(/[^0-9].*/, "", at)
+				sub(/@.*/, "@" at, key)
+			}
+		}
+		END { flush(); printf "%s", keys >keyfile }' "$KMEMLEAK")
+	KMEMLEAK_SEEN+=$(cat "$TEST_TMP/kmemleak-keys")
 	if [ -n "$report" ]; then
 		tap_fail "$1" "$(grep -c '^unreferenced object' <<<"$report") leak(s):" "$(head -n 40 <<<"$report")"
 		return 1

@@ -62,7 +62,7 @@ vm-check: module
 	@qemu/run-tests.sh
 
 pair-check: module
-	@qemu/run-pair-tests.sh
+	@qemu/run-tests.sh --pair
 
 bench: module
 	@qemu/bench.sh

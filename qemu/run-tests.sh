@@ -1,27 +1,67 @@
 #!/usr/bin/env bash
-# make vm-check: boot the built kernel once under virtme-ng (TCG) and run the
-# selected selftests/*.sh in it, one after another, judging each on its TAP
-# output, its exit status and the kernel log it caused.
+# make vm-check and make pair-check: boot the built kernel under virtme-ng
+# (TCG) and run the selected selftests in it, one after another, judging each
+# on its TAP output, its exit status and the kernel log it caused.
 #
-#   qemu/run-tests.sh                  every selftest matching $TESTS (default *)
+#   qemu/run-tests.sh                  one VM: the selftests/*.sh matching $TESTS
+#   qemu/run-tests.sh --pair           two VMs joined by one virtual Ethernet
+#                                      link: the selftests/pair/*.sh matching
+#                                      $TESTS, run in both at once
 #   qemu/run-tests.sh --check-matcher  host-only check of the splat matcher
 #
-# Prints TAP; each test's own TAP is shown as an indented subtest. The last
-# lines name each check a test skipped, and the last is "vm: N passed, M
-# failed, K skipped", counting test files and skipped checks. Exits non-zero
-# on any failure. Logs stay in results/<run>/ (results/latest points at the newest).
-# Environment: TESTS (glob on the test name without .sh), RSIW_MODULE,
-# RSIW_LINK_TYPE, RSIW_KO and the tests' size knobs NFS_*, NVME_*, FLOOD_*, USER_*,
-# ZERO_WINDOW_*, UNLOAD_*, FAULT_*, HOG_* and PRESSURE_* (passed to the tests), SELFTESTS_DIR (where the
-# tests are, default selftests/), VM_BOOT_TIMEOUT (s, default 300),
-# VM_TEST_SLACK (s a test may overrun its own timeout before the VM is
-# killed, default 120), VM_TOTAL_TIMEOUT (s, default: boot + the sum of the
-# tests' timeouts and slacks).
+# Each VM runs qemu/guest-runner.sh on the list of tests. A pair test's two
+# halves coordinate through a shared directory (selftests/pair/pair.sh), and
+# the test passes when both halves pass:
+#   VM a: NIC 02:52:53:49:57:a1, 198.18.0.1/24 (set up by the tests)
+#   VM b: NIC 02:52:53:49:57:b2, 198.18.0.2/24
+#   link: a QEMU socket netdev on host loopback (a listens, b connects); no
+#         other network, so the traffic never leaves the two VMs.
+# A test NAME.sh may have a host part, NAME.host, which runs on the host once
+# the VM(s) finished the test, with TEST_OUT set to a directory of its own
+# (one VM: the test's results directory; a pair: host/NAME/, and PAIR_RUN set
+# to the run directory), and prints TAP too: checks of what the test left
+# (e.g. tshark on captures, which takes minutes under TCG and seconds here).
+#
+# Prints TAP; each test's own TAP (each half's, and the host part's) is shown
+# as an indented subtest. The last lines name each check a test skipped, and
+# the last is "vm: N passed, M failed, K skipped" ("pair: ..."), counting test
+# files and skipped checks. Exits non-zero on any failure. Logs stay in
+# results/<run>/ (results/latest points at the newest) or results/pair-<run>/
+# (results/pair-latest): a pair run keeps a/ and b/, each with its VM's
+# console.log and the tests' results, host/NAME/ for the host parts, sync/
+# for the files the halves exchanged and modules/ for the modules both VMs
+# loaded.
+# Environment: TESTS (glob on the test name without .sh), SELFTESTS_DIR
+# (default selftests/, or selftests/pair with --pair), RSIW_MODULE,
+# RSIW_LINK_TYPE, RSIW_KO and ULP_KO (a pair run copies both into the run
+# directory first), and the tests' knobs NFS_*, NVME_*, FLOOD_*, USER_*,
+# ZERO_WINDOW_*, UNLOAD_*, FAULT_*, HOG_*, PRESSURE_*, LINK_*, SOAK_*,
+# INTEROP_* and ULP_* (passed to every VM); VM_CPUS and VM_MEMORY (one VM:
+# 2 and 4G), PAIR_VM_CPUS and PAIR_VM_MEMORY (each of a pair: 1, since two
+# TCG guests share the host, and 4G: with 2G the tests ran slower),
+# VM_BOOT_TIMEOUT (s, default 300), VM_TEST_SLACK (s a test may overrun its
+# own timeout before the VMs are killed, default 120), VM_TOTAL_TIMEOUT (s,
+# default: boot + the sum of the tests' timeouts and slacks).
 # See Documentation/rsiw/testing.rst.
 set -uo pipefail
+PAIR=0
+if [ "${1:-}" = --pair ]; then
+	PAIR=1
+	VM_CPUS=${PAIR_VM_CPUS:-1}
+	VM_MEMORY=${PAIR_VM_MEMORY:-4G}
+fi
 # shellcheck source-path=SCRIPTDIR source=vm.sh
 . "$(dirname "$0")/vm.sh"
 cd "$RSIW_ROOT" || exit
+
+if ((PAIR)); then
+	KIND=pair ROLES=(a b)
+else
+	KIND=vm ROLES=(vm)
+fi
+declare -A MAC=([a]=02:52:53:49:57:a1 [b]=02:52:53:49:57:b2)
+declare -A ADDR=([a]=198.18.0.1 [b]=198.18.0.2)
+declare -A PID=()
 
 passed=0 failed=0 skipped=()
 result() { # ok|not-ok NUMBER NAME [DIAGNOSTIC]...
@@ -45,7 +85,7 @@ finish() {
 	for skip in "${skipped[@]}"; do
 		echo "# skipped: $skip"
 	done
-	echo "vm: $passed passed, $failed failed, ${#skipped[@]} skipped"
+	echo "$KIND: $passed passed, $failed failed, ${#skipped[@]} skipped"
 	[ "$failed" = 0 ] && [ "$passed" -gt 0 ]
 	exit
 }
@@ -170,21 +210,42 @@ if [ "${1:-}" = --check-matcher ]; then
 	exit
 fi
 
-# judge NUMBER NAME DIR: print the verdict of a test that finished in the VM.
-# The first test also answers for the boot.
+# role_dir ROLE: where a VM's runner writes (one VM: the run directory).
+role_dir() {
+	if ((PAIR)); then echo "$run/$1"; else echo "$run"; fi
+}
+# role_label ROLE: how a VM is named after a test's name (one VM: not at all).
+role_label() {
+	((PAIR)) && echo " ($1)"
+}
+
+# judge NUMBER TEST: print the verdict of a test that every VM finished, with
+# its host part's. The first test also answers for the boot.
 judge() {
-	local n=$1 name=$2 dir=$3 diags=() skip
-	echo "# Subtest: $name"
-	sed 's/^/    /' "$dir/output.tap"
-	echo "# $name took $(($(cat "$dir/ended") - $(cat "$dir/started")))s"
-	((n == 1)) && vm_boot_diags diags "$run" boot
-	vm_test_diags diags "$dir" "$SELFTESTS_DIR/$name.sh"
-	while IFS= read -r skip; do
-		skipped+=("$name: $skip")
-	done < <(vm_skips "$dir/output.tap")
-	# The host part, if any, judges what the test left in its directory.
-	[ ! -f "$SELFTESTS_DIR/$name.host" ] ||
-		vm_host_part diags skipped "$SELFTESTS_DIR/$name.host" "$dir/host.tap" "$name (host)" TEST_OUT="$dir"
+	local n=$1 test=$2 name role dir label p skip hostdir diags=()
+	name=$(basename "$test" .sh)
+	for role in "${ROLES[@]}"; do
+		dir=$(role_dir "$role")/$name
+		label=$(role_label "$role")
+		p=${label:+$role}
+		echo "# Subtest: $name$label"
+		sed 's/^/    /' "$dir/output.tap"
+		echo "# $name$label took $(($(cat "$dir/ended") - $(cat "$dir/started")))s"
+		((n == 1)) && vm_boot_diags diags "$(role_dir "$role")" "${p:+$p: }boot"
+		vm_test_diags diags "$dir" "$test" "$p"
+		while IFS= read -r skip; do
+			skipped+=("$name$label: $skip")
+		done < <(vm_skips "$dir/output.tap")
+	done
+	if [ -f "${test%.sh}.host" ]; then
+		if ((PAIR)); then
+			hostdir=$run/host/$name
+			mkdir -p "$hostdir"
+			vm_host_part diags skipped "${test%.sh}.host" "$hostdir/host.tap" "$name (host)" TEST_OUT="$hostdir" PAIR_RUN="$run"
+		else
+			vm_host_part diags skipped "${test%.sh}.host" "$run/$name/host.tap" "$name (host)" TEST_OUT="$run/$name"
+		fi
+	fi
 	if ((${#diags[@]})); then
 		result not-ok "$n" "$name" "${diags[@]}"
 	else
@@ -192,12 +253,31 @@ judge() {
 	fi
 }
 
+# in_all NAME FILE: every VM's runner wrote FILE for test NAME.
+in_all() {
+	local role
+	for role in "${ROLES[@]}"; do
+		[ -f "$(role_dir "$role")/$1/$2" ] || return 1
+	done
+}
+# in_any NAME FILE: some VM's runner wrote FILE for test NAME.
+in_any() {
+	local role
+	for role in "${ROLES[@]}"; do
+		[ -f "$(role_dir "$role")/$1/$2" ] && return 0
+	done
+	return 1
+}
+
+if ((PAIR)); then
+	SELFTESTS_DIR=${SELFTESTS_DIR:-selftests/pair}
+fi
 SELFTESTS_DIR=$(cd "${SELFTESTS_DIR:-selftests}" && pwd)
 tests=() left_out=()
 for t in "$SELFTESTS_DIR"/*.sh; do
 	name=$(basename "$t" .sh)
-	# lib.sh and ulp-setup.sh are libraries; host-*.sh run on the host, not here.
-	case $name in lib | ulp-setup | host-*) continue ;; esac
+	# lib.sh, ulp-setup.sh and pair.sh are libraries; host-*.sh run on the host.
+	case $name in lib | ulp-setup | pair | host-*) continue ;; esac
 	if note=$(vm_test_selected "$t" "$name"); then
 		tests+=("$t")
 	elif [ -n "$note" ]; then
@@ -221,13 +301,16 @@ if ! kdir=$(vm_kernel_dir); then
 	finish
 fi
 
-run=results/$(date +%Y%m%d-%H%M%S)
+run=results/$( ((PAIR)) && echo pair-)$(date +%Y%m%d-%H%M%S)
 mkdir -p "$run"
 run=$(cd "$run" && pwd)
-ln -sfn "$(basename "$run")" results/latest
+ln -sfn "$(basename "$run")" "results/$( ((PAIR)) && echo pair-)latest"
+for role in "${ROLES[@]}"; do
+	mkdir -p "$(role_dir "$role")"
+done
 
 boot_timeout=${VM_BOOT_TIMEOUT:-300}
-# After a test, the guest waits for kmemleak and scans: allow that much more.
+# After a test, the guest removes leftovers and scans for leaks: allow that much more.
 slack=${VM_TEST_SLACK:-120}
 total=$boot_timeout
 for t in "${tests[@]}"; do
@@ -235,59 +318,149 @@ for t in "${tests[@]}"; do
 done
 total=${VM_TOTAL_TIMEOUT:-$total}
 
-echo "# vm: $(basename "$kdir"), TCG, $VM_CPUS cpus, $VM_MEMORY; ${#tests[@]} test(s); module ${RSIW_MODULE:-rsiw}, link type ${RSIW_LINK_TYPE:-rsiw}; logs in ${run#"$RSIW_ROOT"/}"
-env_args=()
-# The tests' size knobs (NFS_*, NVME_*, FLOOD_*, ZERO_WINDOW_*, UNLOAD_*,
-# FAULT_*, HOG_*, PRESSURE_*, LINK_*, SOAK_*, USER_*: see the tests) go along too.
-for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO VM_TIMEOUT_SCALE \
-	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE|LINK|SOAK|USER)_'); do
-	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
-done
-vm_lock
-start=$(date +%s)
-printf '%s\n' "${tests[@]}" >"$run/tests"
-printf '%s\n' "${env_args[@]}" >"$run/env"
-boot() {
-	vm_start "$run/console.log" --rwdir "$run" -- "$RSIW_ROOT/qemu/guest-runner.sh" "$run"
-}
-boot
-boots=1
-trap 'vm_stop; exit 130' INT TERM
+if ((PAIR)); then
+	echo "# pair: $(basename "$kdir"), TCG, 2 VMs of $VM_CPUS cpu(s), $VM_MEMORY; ${#tests[@]} test(s); logs in ${run#"$RSIW_ROOT"/}"
+else
+	echo "# vm: $(basename "$kdir"), TCG, $VM_CPUS cpus, $VM_MEMORY; ${#tests[@]} test(s); module ${RSIW_MODULE:-rsiw}, link type ${RSIW_LINK_TYPE:-rsiw}; logs in ${run#"$RSIW_ROOT"/}"
+fi
 
-# Follow the guest through the results directory: each test's "started" and
-# "exit" files. Kill the VM when a test or the whole run takes too long. A
-# test is judged once its leak report (kmemleak.txt) is there too, which the
-# runner writes a test or more later (after the last test, one scan about
-# 6 s on).
+# One VM run at a time on this host.
+vm_lock
+if ((PAIR)); then
+	# Both VMs load the same modules, even if a build replaces them meanwhile
+	# (copied only now: the wait for the lock can be long, and a module must
+	# match the kernel that boots; Rust modules have no modversions).
+	mkdir -p "$run/modules" "$run/sync"
+	RSIW_KO=${RSIW_KO:-$RSIW_ROOT/drivers/rsiw/rsiw.ko}
+	ULP_KO=${ULP_KO:-$RSIW_ROOT/selftests/ulp/rsiw_ulp.ko}
+	for v in RSIW_KO ULP_KO; do
+		if [ "${!v}" -ot "$kdir/vmlinux" ]; then
+			echo "# warning: ${!v} is older than the kernel (make module)"
+		fi
+		cp "${!v}" "$run/modules/" 2>/dev/null || echo "# cannot copy ${!v} (make module)"
+		printf -v "$v" '%s' "$run/modules/$(basename "${!v}")"
+	done
+fi
+# What every VM's runner gets (RESULTS/tests, RESULTS/env: files, not
+# arguments, as the kernel command line is short): the tests, and one rule for
+# the environment: rsiw's module settings and the tests' size knobs.
+forwarded=()
+declare -A named=()
+for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO ULP_KO VM_TIMEOUT_SCALE \
+	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE|LINK|SOAK|USER|INTEROP|ULP)_'); do
+	[ -n "${!v:-}" ] && [ -z "${named[$v]:-}" ] && forwarded+=("$v=${!v}")
+	named[$v]=1
+done
+for role in "${ROLES[@]}"; do
+	printf '%s\n' "${tests[@]}" >"$(role_dir "$role")/tests"
+	printf '%s\n' "${forwarded[@]}" >"$(role_dir "$role")/env"
+done
+
+# A free port on host loopback for the link (a bind to port 0 picks one; the
+# kernel does not hand it out again at once).
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# boot_half ROLE NETDEV_OPT: start one VM of a pair; NETDEV_OPT is the socket
+# netdev's listen= or connect= part.
+boot_half() {
+	local role=$1 peer=a
+	[ "$role" = a ] && peer=b
+	printf '%s\n' PAIR_ROLE="$role" PAIR_MAC="${MAC[$role]}" PAIR_ADDR="${ADDR[$role]}" \
+		PAIR_PEER_ADDR="${ADDR[$peer]}" PAIR_SYNC="$run/sync" PAIR_RESULTS="$run/$role" \
+		"${forwarded[@]}" >"$run/$role/env"
+	vm_start "$run/$role/console.log" --rwdir "$run" --name "rsiw-$role" \
+		--qemu-opts "-netdev socket,id=pair0,$2 -device virtio-net-pci,netdev=pair0,mac=${MAC[$role]}" -- \
+		"$RSIW_ROOT/qemu/guest-runner.sh" "$run/$role"
+	PID[$role]=$VM_PID
+}
+
+# boot: start the VM, or VM a listening on the link and then VM b connecting
+# to it (qemu exits at once if nothing listens yet). Status 1 with
+# BOOT_ERROR if a never listened.
+boot() {
+	local port _
+	if ! ((PAIR)); then
+		vm_start "$run/console.log" --rwdir "$run" -- "$RSIW_ROOT/qemu/guest-runner.sh" "$run"
+		PID[vm]=$VM_PID
+		return 0
+	fi
+	port=$(free_port) || { BOOT_ERROR="no free port on 127.0.0.1"; return 1; }
+	boot_half a "listen=127.0.0.1:$port"
+	for _ in $(seq 1 120); do
+		ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+		vm_alive_pid "${PID[a]}" || break
+		sleep 0.5
+	done
+	if ! ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
+		BOOT_ERROR="VM a's qemu did not listen on 127.0.0.1:$port (console: $run/a/console.log)"
+		return 1
+	fi
+	boot_half b "connect=127.0.0.1:$port"
+	echo "# link: socket netdev on 127.0.0.1:$port"
+}
+
+stop_all() {
+	local role
+	for role in "${ROLES[@]}"; do
+		vm_stop_pid "${PID[$role]:-}"
+		PID[$role]=
+	done
+}
+
+start=$(date +%s)
+trap 'stop_all; exit 130' INT TERM
+boots=1
+if ! boot; then
+	stop_all
+	for i in "${!tests[@]}"; do
+		result not-ok $((i + 1)) "$(basename "${tests[$i]}" .sh)" "not run: $BOOT_ERROR"
+	done
+	finish
+fi
+
+# Follow the guests through the results directories: each test's "started"
+# and "exit" files. Kill the VMs when a test or the whole run takes too long,
+# or when a VM dies. A test is judged once its leak reports (kmemleak.txt)
+# are there too, which a runner writes a test or more later (after the last
+# test, one scan about 6 s on; see qemu/guest-runner.sh).
 i=0 judged=0 reason="" seen=-1
 phase_start=$start
 while ((judged < ${#tests[@]})); do
 	now=$(date +%s)
-	if ((judged < i)) && [ -f "$run/$(basename "${tests[$judged]}" .sh)/kmemleak.txt" ]; then
-		judge $((judged + 1)) "$(basename "${tests[$judged]}" .sh)" "$run/$(basename "${tests[$judged]}" .sh)"
+	if ((judged < i)) && in_all "$(basename "${tests[$judged]}" .sh)" kmemleak.txt; then
+		judge $((judged + 1)) "${tests[$judged]}"
 		judged=$((judged + 1))
 		continue
 	fi
+	started=0
 	if ((i == ${#tests[@]})); then
 		name=$(basename "${tests[$judged]}" .sh)
-		dir=$run/$name
 		limit=$slack
 		what="the leak check after the last test did not finish within ${limit}s"
+		file=kmemleak.txt
 	else
 		t=${tests[$i]}
 		name=$(basename "$t" .sh)
-		dir=$run/$name
-		if [ -f "$dir/exit" ]; then
+		file=exit
+		if in_all "$name" exit; then
 			i=$((i + 1))
 			phase_start=$now
 			continue
 		fi
-		if [ -f "$dir/started" ]; then
+		in_any "$name" started && started=1
+		if ((started)); then
 			limit=$(($(vm_test_timeout "$t") + slack))
 			what="$name did not finish within ${limit}s"
+			if ((PAIR)); then
+				for role in "${ROLES[@]}"; do
+					[ -f "$run/$role/$name/exit" ] || what+=" (VM $role still running it)"
+				done
+			fi
 		elif ((i == 0)); then
 			limit=$boot_timeout
-			what="the VM did not boot and start the first test within ${limit}s"
+			what="the VM(s) did not boot and start the first test within ${limit}s"
 		else
 			limit=$slack
 			what="$name did not start within ${limit}s of the previous test"
@@ -297,27 +470,36 @@ while ((judged < ${#tests[@]})); do
 		reason=$what
 	elif ((now - start > total)); then
 		reason="the whole run exceeded ${total}s"
-	elif ! vm_alive; then
-		# The guest may finish writing just as it exits.
-		sleep 1
-		[ -f "$dir/exit" ] && [ -f "$run/$(basename "${tests[$judged]}" .sh)/kmemleak.txt" ] && continue
-		reason="the VM exited (crash or panic?) before $name finished"
+	else
+		for role in "${ROLES[@]}"; do
+			if ! vm_alive_pid "${PID[$role]}"; then
+				# The guest may finish writing just as it exits.
+				sleep 1
+				[ -f "$(role_dir "$role")/$name/$file" ] && continue
+				reason="VM$(role_label "$role") exited (crash or panic?) before $name finished"
+				break
+			fi
+		done
 	fi
-	if [ -n "$reason" ] && ((i == 0 && boots == 1)) && [ ! -f "$dir/started" ]; then
-		# Under TCG the guest very rarely dies while booting (seen once: an int3 oops in
-		# early text patching). Nothing of ours ran yet, so boot once more; the first
-		# console stays in console.boot1.log.
-		echo "# the VM failed before the first test started ($reason); booting once more"
-		vm_stop
-		mv "$run/console.log" "$run/console.boot1.log"
-		boot
+	if [ -n "$reason" ] && ((i == 0 && boots == 1 && !started)); then
+		# Under TCG a guest very rarely dies while booting (seen once: an int3
+		# oops in early text patching). Nothing of ours ran yet, so boot once
+		# more; the first consoles stay in console.boot1.log.
+		echo "# a VM failed before the first test started ($reason); booting once more"
+		stop_all
+		for role in "${ROLES[@]}"; do
+			mv "$(role_dir "$role")/console.log" "$(role_dir "$role")/console.boot1.log"
+		done
+		((PAIR)) && rm -rf "$run/sync" && mkdir -p "$run/sync"
 		boots=2 reason="" phase_start=$(date +%s)
+		if ! boot; then
+			reason=$BOOT_ERROR
+			break
+		fi
 		continue
 	fi
-	if [ -n "$reason" ]; then
-		break
-	fi
-	if ((i < ${#tests[@]})) && [ -f "$dir/started" ] && ((seen < i)); then
+	[ -n "$reason" ] && break
+	if ((started)) && ((seen < i)); then
 		seen=$i
 		phase_start=$now
 	fi
@@ -325,31 +507,44 @@ while ((judged < ${#tests[@]})); do
 done
 
 if [ -n "$reason" ]; then
-	vm_alive && reason+="; VM killed"
-	vm_stop
-	# The tests that finished but whose leak report never came fail on that.
+	for role in "${ROLES[@]}"; do
+		vm_alive_pid "${PID[$role]}" && reason+="; VM$(role_label "$role") killed"
+	done
+	stop_all
+	# The tests that finished but whose leak reports never came fail on that.
 	for ((j = judged; j < i; j++)); do
-		judge $((j + 1)) "$(basename "${tests[$j]}" .sh)" "$run/$(basename "${tests[$j]}" .sh)"
+		judge $((j + 1)) "${tests[$j]}"
 	done
-	((i < ${#tests[@]})) || echo "# $reason"
-	for ((j = i; j < ${#tests[@]}; j++)); do
-		name=$(basename "${tests[$j]}" .sh)
-		if ((j == i)); then
-			console=$(vm_console_excerpt "$run/console.log" "$name")
-			[ -f "$run/$name/output.tap" ] && { echo "# Subtest: $name"; sed 's/^/    /' "$run/$name/output.tap"; }
-			result not-ok $((j + 1)) "$name" "$reason" "console (full: $run/console.log):" "$console"
-		else
-			result not-ok $((j + 1)) "$name" "not run: $reason"
-		fi
-	done
+	if ((i == ${#tests[@]})); then
+		echo "# $reason"
+	else
+		name=$(basename "${tests[$i]}" .sh)
+		diags=("$reason")
+		for role in "${ROLES[@]}"; do
+			dir=$(role_dir "$role")
+			[ -f "$dir/$name/output.tap" ] && {
+				echo "# Subtest: $name$(role_label "$role")"
+				sed 's/^/    /' "$dir/$name/output.tap"
+			}
+			diags+=("console$(role_label "$role") (full: $dir/console.log):" "$(vm_console_excerpt "$dir/console.log" "$name")")
+		done
+		result not-ok $((i + 1)) "$name" "${diags[@]}"
+		for ((j = i + 1; j < ${#tests[@]}; j++)); do
+			result not-ok $((j + 1)) "$(basename "${tests[$j]}" .sh)" "not run: $reason"
+		done
+	fi
 else
-	# The guest powers off once the runner is done.
+	# The guests power off once their runners are done.
 	for ((j = 0; j < 60; j++)); do
-		vm_alive || break
+		alive=0
+		for role in "${ROLES[@]}"; do
+			vm_alive_pid "${PID[$role]}" && alive=1
+		done
+		((alive)) || break
 		sleep 1
 	done
-	vm_stop
+	stop_all
 fi
 trap - INT TERM
-echo "# vm: run took $(($(date +%s) - start))s"
+echo "# $KIND: run took $(($(date +%s) - start))s"
 finish

@@ -60,7 +60,7 @@ vm_kernel_dir() {
 # [--verbose]: store in ARRAY the vng options that boot the built kernel,
 # without the command to run. NAME is the guest's host name (default rsiw-vm);
 # OPTS are extra qemu arguments, split at blanks by vng (e.g. a NIC for a
-# second VM to talk to, see qemu/run-pair-tests.sh).
+# second VM to talk to, see qemu/run-tests.sh --pair).
 vm_vng_args() {
 	local -n _out=$1
 	shift

@@ -127,9 +127,9 @@ if timeout "$(left)" scripts/kernel.sh >/dev/null && timeout "$(left)" scripts/m
 		tally "$out/vm" "vm selftests"
 		took "vm selftests"
 	fi
-	# The two-VM tests (interop with the C siw): qemu/run-pair-tests.sh.
+	# The two-VM tests (interop with the C siw): qemu/run-tests.sh --pair.
 	if ((pair)); then
-		VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left 30)} qemu/run-pair-tests.sh 2>&1 | tee "$out/pair"
+		VM_TOTAL_TIMEOUT=${VM_TOTAL_TIMEOUT:-$(left 30)} qemu/run-tests.sh --pair 2>&1 | tee "$out/pair"
 		tally "$out/pair" "pair selftests"
 		took "pair selftests"
 	fi

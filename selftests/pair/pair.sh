@@ -1,5 +1,5 @@
 # Helpers for the two-VM selftests (selftests/pair/*.sh), sourced after
-# selftests/lib.sh. qemu/run-pair-tests.sh boots two VMs, "a" and "b", joined
+# selftests/lib.sh. qemu/run-tests.sh --pair boots two VMs, "a" and "b", joined
 # by one virtual Ethernet link, and runs each test in both at once; the two
 # halves of a test agree on what to do through files in a directory both VMs
 # can write.
@@ -20,12 +20,12 @@ case ${PAIR_ROLE:-} in
 a) PAIR_PEER=b ;;
 b) PAIR_PEER=a ;;
 *)
-	echo "Bail out! PAIR_ROLE is not set: run the pair tests with qemu/run-pair-tests.sh"
+	echo "Bail out! PAIR_ROLE is not set: run the pair tests with qemu/run-tests.sh --pair"
 	exit 1
 	;;
 esac
 for _v in PAIR_MAC PAIR_ADDR PAIR_PEER_ADDR PAIR_SYNC PAIR_RESULTS; do
-	[ -n "${!_v:-}" ] || { echo "Bail out! $_v is not set (qemu/run-pair-tests.sh sets it)"; exit 1; }
+	[ -n "${!_v:-}" ] || { echo "Bail out! $_v is not set (qemu/run-tests.sh --pair sets it)"; exit 1; }
 done
 unset _v
 

@@ -10,6 +10,7 @@ use crate::{
     qp::{self, QpData},
     srq::{self, SrqData},
     stats::{self, Counters},
+    wqe,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{
@@ -371,10 +372,10 @@ impl rdma_dev::Driver for Rsiw {
         let data = dev.data();
         Ok(DeviceAttr {
             max_qp: qp::MAX_QP,
-            max_qp_wr: qp::MAX_QP_WR,
-            max_send_sge: qp::MAX_SGE,
-            max_recv_sge: qp::MAX_SGE,
-            max_sge_rd: qp::MAX_SGE_RD,
+            max_qp_wr: wqe::MAX_QP_WR,
+            max_send_sge: wqe::MAX_SGE,
+            max_recv_sge: wqe::MAX_SGE,
+            max_sge_rd: wqe::MAX_SGE_RD,
             max_qp_rd_atom: qp::MAX_IRD_ORD,
             max_qp_init_rd_atom: qp::MAX_IRD_ORD,
             max_res_rd_atom: qp::MAX_QP.saturating_mul(qp::MAX_IRD_ORD),
@@ -387,7 +388,7 @@ impl rdma_dev::Driver for Rsiw {
             max_cqe: cq::MAX_CQE,
             max_srq: srq::MAX_SRQ,
             max_srq_wr: srq::MAX_SRQ_WR,
-            max_srq_sge: qp::MAX_SGE,
+            max_srq_sge: wqe::MAX_SGE,
             vendor_id: VENDOR_ID,
             vendor_part_id: data.part_id,
             sys_image_guid: data.node_guid,

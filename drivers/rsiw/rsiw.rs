@@ -24,6 +24,7 @@ mod ring;
 mod srq;
 mod stats;
 mod uabi;
+mod wqe;
 
 module! {
     type: RsiwModule,

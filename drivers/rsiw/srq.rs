@@ -26,9 +26,9 @@
 
 use crate::{
     device::Rsiw,
-    qp::{self, RecvEntry},
     ring::Ring,
     uabi,
+    wqe::{self, RecvEntry},
 };
 use kernel::{
     irqlock::SpinLockIrq,
@@ -47,7 +47,7 @@ use kernel::{
 /// Most SRQs per device.
 pub(crate) const MAX_SRQ: u32 = 1024;
 /// Most work requests per SRQ.
-pub(crate) const MAX_SRQ_WR: u32 = qp::MAX_QP_WR;
+pub(crate) const MAX_SRQ_WR: u32 = wqe::MAX_QP_WR;
 
 /// Per-SRQ driver data ([`kernel::rdma::device::Driver::Srq`]).
 pub(crate) struct SrqData {
@@ -110,7 +110,7 @@ pub(crate) fn create(
     let max_sge = if attr.user {
         uabi::MAX_SGE
     } else {
-        qp::MAX_SGE
+        wqe::MAX_SGE
     };
     if attr.max_wr == 0
         || attr.max_wr > MAX_SRQ_WR
@@ -165,7 +165,7 @@ impl SrqQueue {
             // User space writes its ring.
             return Err(EINVAL);
         }
-        let (sges, num_sge) = qp::copy_sges(wr.sges, qp::MAX_SGE)?;
+        let (sges, num_sge) = wqe::copy_sges(wr.sges, wqe::MAX_SGE)?;
         let entry = RecvEntry {
             wr_id: wr.wr_id,
             sges,

@@ -8,7 +8,9 @@
 
 #![deny(unsafe_code)]
 
-use crate::qp::{InlineData, RecvEntry, SendEntry, SendKind, MAX_INLINE as KERNEL_MAX_INLINE};
+use crate::wqe::{
+    InlineData, RecvEntry, SendEntry, SendKind, MAX_INLINE as KERNEL_MAX_INLINE, NO_SGE,
+};
 use core::{num::NonZeroU32, sync::atomic::Ordering};
 use kernel::{
     prelude::*,
@@ -168,12 +170,6 @@ pub(crate) type SqRing = WqRing<SQE_WORDS>;
 /// A user receive queue's entries.
 pub(crate) type RqRing = WqRing<RQE_WORDS>;
 
-const NO_SGE: Sge = Sge {
-    addr: 0,
-    length: 0,
-    lkey: 0,
-};
-
 /// Turns a copied `struct siw_sqe` into a send queue entry. An entry rsiw cannot execute (an
 /// unknown opcode, too many SGEs, inline data too long or on a Read) becomes
 /// [`SendKind::Invalid`], which completes with `IB_WC_LOC_QP_OP_ERR` in its turn.
@@ -189,7 +185,7 @@ pub(crate) fn parse_sqe(c: &EntryCopy<SQE_WORDS>, sig_all: bool) -> SendEntry {
         signaled: sig_all || flags & WQE_SIGNALLED != 0,
         solicited: flags & WQE_SOLICITED != 0,
         fence: flags & WQE_READ_FENCE != 0,
-        sges: [NO_SGE; crate::qp::MAX_SGE as usize],
+        sges: [NO_SGE; crate::wqe::MAX_SGE as usize],
         num_sge: 0,
         inline: None,
     };
@@ -224,7 +220,7 @@ pub(crate) fn parse_sqe(c: &EntryCopy<SQE_WORDS>, sig_all: bool) -> SendEntry {
         e.inline = Some(data);
     } else {
         let max = if is_read {
-            crate::qp::MAX_SGE_RD
+            crate::wqe::MAX_SGE_RD
         } else {
             MAX_SGE
         };
@@ -249,7 +245,7 @@ pub(crate) fn parse_rqe(c: &EntryCopy<RQE_WORDS>) -> Option<RecvEntry> {
     }
     let mut r = RecvEntry {
         wr_id: c.u64_at(0),
-        sges: [NO_SGE; crate::qp::MAX_SGE as usize],
+        sges: [NO_SGE; crate::wqe::MAX_SGE as usize],
         num_sge,
     };
     for (i, s) in r.sges.iter_mut().take(usize::from(num_sge)).enumerate() {

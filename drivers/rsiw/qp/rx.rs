@@ -25,7 +25,8 @@
 
 #![deny(unsafe_code)]
 
-use super::{lock, tx, IrqEntry, QpInner, RecvEntry, MAX_SGE};
+use super::{lock, tx, IrqEntry, QpInner};
+use crate::wqe::{RecvEntry, MAX_SGE};
 use crate::{
     cq,
     crc::CountedCrc32c,

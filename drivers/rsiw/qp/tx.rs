@@ -37,7 +37,8 @@
 
 #![deny(unsafe_code)]
 
-use super::{complete_sq_head, link, lock, IrqEntry, OrqEntry, QpInner, SendKind, MAX_SGE};
+use super::{complete_sq_head, link, lock, IrqEntry, OrqEntry, QpInner};
+use crate::wqe::{SendKind, MAX_SGE, NO_SGE};
 use crate::{
     crc::CountedCrc32c,
     device::Rsiw,
@@ -658,7 +659,7 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
                 let rtr = OrqEntry {
                     wr_id: 0,
                     signaled: false,
-                    sink: super::NO_SGE,
+                    sink: NO_SGE,
                     invalidate_local: false,
                     rtr: true,
                     placed: 0,
@@ -784,11 +785,7 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
                 if inner.orq.len() >= inner.ord as usize {
                     return None;
                 }
-                let sink = if e.num_sge == 0 {
-                    super::NO_SGE
-                } else {
-                    e.sges[0]
-                };
+                let sink = if e.num_sge == 0 { NO_SGE } else { e.sges[0] };
                 (
                     TxOp::ReadRequest {
                         msn: tx.ddp.take_msn(QN_READ_REQUEST)?,
@@ -836,11 +833,7 @@ fn job_done(qp: &Qp<Rsiw>, inner: &mut QpInner, job: Job) {
                         let o = OrqEntry {
                             wr_id: e.wr_id,
                             signaled: e.signaled,
-                            sink: if e.num_sge == 0 {
-                                super::NO_SGE
-                            } else {
-                                e.sges[0]
-                            },
+                            sink: if e.num_sge == 0 { NO_SGE } else { e.sges[0] },
                             invalidate_local,
                             rtr: false,
                             placed: 0,

@@ -9,7 +9,10 @@
 
 #![deny(unsafe_code)]
 
-use crate::device::Rsiw;
+use crate::{
+    device::Rsiw,
+    proto::error::{DdpTagged, RdmapProtection, TermError},
+};
 use core::num::NonZeroU32;
 use kernel::{
     irqlock::SpinLockIrq,
@@ -133,6 +136,33 @@ pub(crate) enum AccessError {
     ToWrap,
     /// The memory cannot be reached (an address outside what the region maps).
     Fault,
+}
+
+impl AccessError {
+    /// The Terminate class for a Read Request whose source the region refuses (RFC 5040 §7:
+    /// RDMAP remote protection errors).
+    pub(crate) fn read_source_error(self) -> TermError {
+        TermError::RdmapProtection(match self {
+            AccessError::InvalidStag => RdmapProtection::InvalidStag,
+            AccessError::WrongPd => RdmapProtection::StagNotAssociated,
+            AccessError::Rights => RdmapProtection::AccessRights,
+            // The STag is valid; the address lies outside the memory it reaches.
+            AccessError::Bounds | AccessError::Fault => RdmapProtection::BaseBounds,
+            AccessError::ToWrap => RdmapProtection::ToWrap,
+        })
+    }
+
+    /// The Terminate class for a tagged segment the region refuses (RFC 5041 §7.2 tagged buffer
+    /// errors; a missing right is an RDMAP protection error, RFC 5040 §7.1).
+    pub(crate) fn tagged_sink_error(self) -> TermError {
+        match self {
+            AccessError::InvalidStag => TermError::DdpTagged(DdpTagged::InvalidStag),
+            AccessError::WrongPd => TermError::DdpTagged(DdpTagged::StagNotAssociated),
+            AccessError::Bounds | AccessError::Fault => TermError::DdpTagged(DdpTagged::BaseBounds),
+            AccessError::ToWrap => TermError::DdpTagged(DdpTagged::ToWrap),
+            AccessError::Rights => TermError::RdmapProtection(RdmapProtection::AccessRights),
+        }
+    }
 }
 
 impl MrShared {

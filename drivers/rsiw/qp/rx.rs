@@ -132,31 +132,6 @@ impl RxState {
     }
 }
 
-/// The Terminate class for a Read Request whose source the region refuses (RFC 5040 §7:
-/// RDMAP remote protection errors).
-pub(super) fn read_source_error(e: AccessError) -> TermError {
-    TermError::RdmapProtection(match e {
-        AccessError::InvalidStag => RdmapProtection::InvalidStag,
-        AccessError::WrongPd => RdmapProtection::StagNotAssociated,
-        AccessError::Rights => RdmapProtection::AccessRights,
-        // The STag is valid; the address lies outside the memory it reaches.
-        AccessError::Bounds | AccessError::Fault => RdmapProtection::BaseBounds,
-        AccessError::ToWrap => RdmapProtection::ToWrap,
-    })
-}
-
-/// The Terminate class for a tagged segment the region refuses (RFC 5041 §7.2 tagged buffer
-/// errors; a missing right is an RDMAP protection error, RFC 5040 §7.1).
-fn tagged_error(e: AccessError) -> TermError {
-    match e {
-        AccessError::InvalidStag => TermError::DdpTagged(DdpTagged::InvalidStag),
-        AccessError::WrongPd => TermError::DdpTagged(DdpTagged::StagNotAssociated),
-        AccessError::Bounds | AccessError::Fault => TermError::DdpTagged(DdpTagged::BaseBounds),
-        AccessError::ToWrap => TermError::DdpTagged(DdpTagged::ToWrap),
-        AccessError::Rights => TermError::RdmapProtection(RdmapProtection::AccessRights),
-    }
-}
-
 /// A receive error: what to tell the peer.
 struct Fail {
     err: TermError,
@@ -533,7 +508,7 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
                 Ok::<(), core::convert::Infallible>(())
             })
             .map_err(|e| match e {
-                MapError::Access(a) => tagged_error(a),
+                MapError::Access(a) => a.tagged_sink_error(),
                 MapError::Copy(never) => match never {},
             })?;
             Ok(Target::Tagged {
@@ -618,7 +593,7 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
                 let mr = mem::lookup(qp.device(), rr.src_stag)
                     .ok_or(TermError::RdmapProtection(RdmapProtection::InvalidStag))?;
                 mr.check_read_source(rr.src_stag, pd, rr.src_to, u64::from(rr.size))
-                    .map_err(read_source_error)?;
+                    .map_err(AccessError::read_source_error)?;
                 Some(mr)
             };
             Ok(Target::ReadRequest(IrqEntry {
@@ -766,7 +741,7 @@ fn place_in_target(
                 copy_into(copy, &mut rest, r)
             })
             .map_err(|e| match e {
-                MapError::Access(a) => tagged_error(a),
+                MapError::Access(a) => a.tagged_sink_error(),
                 MapError::Copy(_) => TermError::DdpCatastrophic,
             })
         }

@@ -633,7 +633,7 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
             Err(BuildError::Remote(e)) => {
                 if let Some(s) = inner.sess.as_mut() {
                     s.tx = tx;
-                    s.term = Some(Terminate::for_error(super::rx::read_source_error(e), None));
+                    s.term = Some(Terminate::for_error(e.read_source_error(), None));
                 }
                 continue;
             }

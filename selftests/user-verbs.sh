@@ -19,7 +19,10 @@
 # (every completion arrives, in order); an SRQ entry with 9 SGEs, and SRQ
 # entries flipped while Sends take them; rings unmapped under traffic; exit
 # with work in flight; fork; a registered buffer unmapped while the peer
-# writes to it. Then
+# writes to it. Then QP counters: in auto mode the two QPs of one
+# process share a counter (rdma statistic qp), which has exactly their
+# Writes' payload, the port's counters count it once, and the counter goes
+# with the QPs. Then
 # no QP, CQ, MR or PD may be left on either device. Last, rdma link delete and
 # modprobe -r while rping processes hold the device: they exit, and the
 # removal completes.
@@ -168,6 +171,64 @@ if rsiw_is_reference; then
 	tap_skip "hostile user: unmap-rings" "rsiw's contract"
 else
 	hostile unmap-rings segv
+fi
+
+# QP counters (rdma statistic qp). In auto mode by QP type, the core binds each
+# new user QP of the port to a counter as it enters INIT: the client and server
+# QPs of "hold" share one, which must count exactly their 16 Writes of 64 KiB
+# each way, and which goes with the QPs.
+# counter_of QPN: the JSON object of the QP counter that lists QPN, from $OUT.
+counter_of() {
+	python3 -c '
+import json, sys
+for c in json.loads(sys.argv[1]):
+    if int(sys.argv[2]) in c.get("lqpn", []):
+        print(json.dumps(c))' "$OUT" "$1"
+}
+if rsiw_is_reference; then
+	tap_skip "rdma statistic qp: a QP counter counts its QPs' payload" "rsiw's counters"
+else
+	tap_check "rdma statistic qp set link $dut/1 auto type on" \
+		rdma statistic qp set link $dut/1 auto type on
+	# The port's counters (which the core sums with the QP counters) must count the Writes
+	# once, whether their QPs are bound or gone.
+	port_tx=/sys/class/infiniband/$dut/ports/1/hw_counters/tx_payload_bytes
+	read -r tx_before <"$port_tx"
+	clqpn=
+	mkfifo "$TEST_TMP/hold-in"
+	timeout 120 "$hostile" hold $dutip $port <"$TEST_TMP/hold-in" >"$TEST_TMP/hold" 2>&1 &
+	hold_pid=$!
+	# The write end stays open, and the program with its QPs, until it is closed.
+	exec 9>"$TEST_TMP/hold-in"
+	port=$((port + 1))
+	if wait_for 60 grep -q '^held ' "$TEST_TMP/hold"; then
+		read -r _ clqpn svqpn < <(grep '^held ' "$TEST_TMP/hold")
+		tap_check "rdma statistic qp show link $dut/1" rdma -j statistic qp show link $dut/1
+		counter=$(counter_of "$clqpn")
+		tap_result "$([ -n "$counter" ] && [ "$counter" = "$(counter_of "$svqpn")" ]; echo $?)" \
+			"one QP counter holds the client QP $clqpn and the server QP $svqpn" "$OUT"
+		tap_result "$(python3 -c '
+import json, sys
+c = json.loads(sys.argv[1])
+sys.exit(0 if c["tx_payload_bytes"] == c["rx_payload_bytes"] == 16 * 65536 else 1)' "$counter"; echo $?)" \
+			"the counter has the Writes' payload sent and received: 1048576 bytes each" "$counter"
+		read -r tx_now <"$port_tx"
+		tap_result "$([ $((tx_now - tx_before)) = 1048576 ]; echo $?)" \
+			"the port counted them once while the QPs are bound" "tx_payload_bytes grew by $((tx_now - tx_before))"
+	else
+		tap_fail "the hold program connected and wrote" "$(tail -n 5 "$TEST_TMP/hold")"
+	fi
+	exec 9>&-
+	wait "$hold_pid"
+	tap_result $? "the hold program exited cleanly" "$(tail -n 5 "$TEST_TMP/hold")"
+	tap_check "rdma statistic qp show link $dut/1 after the QPs are gone" \
+		rdma -j statistic qp show link $dut/1
+	tap_result "$([ -n "$clqpn" ] && [ -z "$(counter_of "$clqpn")" ]; echo $?)" \
+		"the counter went with its QPs" "$OUT"
+	read -r tx_now <"$port_tx"
+	tap_result "$([ $((tx_now - tx_before)) = 1048576 ]; echo $?)" \
+		"the port counted them once after the QPs are gone" "tx_payload_bytes grew by $((tx_now - tx_before))"
+	tap_check "rdma statistic qp set link $dut/1 auto off" rdma statistic qp set link $dut/1 auto off
 fi
 
 # Every process exited: nothing of theirs is left on either device.

@@ -9,10 +9,13 @@ use crate::{
     mem::{self, MrData, StagTable},
     qp::{self, QpData},
     srq::{self, SrqData},
-    stats::{self, Counters},
+    stats::{self, Counters, QpCounters},
     wqe,
 };
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::{
+    num::NonZeroU32,
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+};
 use kernel::{
     c_str,
     irqlock::SpinLockIrq,
@@ -108,6 +111,10 @@ pub(crate) struct DeviceData {
     wq: Arc<OwnedQueue>,
     /// The connection manager's counts, and those of QPs already destroyed ([`crate::stats`]).
     pub(crate) counters: Counters,
+    /// The QP counters (`rdma statistic qp`). Taken in process context by the core's counter
+    /// calls, never with another of the device's locks.
+    #[pin]
+    qp_counters: Mutex<QpCounters>,
 }
 
 /// The workqueue that runs `dev`'s deferred data-path work.
@@ -213,7 +220,10 @@ impl rdma_dev::Driver for Rsiw {
             let mut table = dev.data().qps.lock();
             // Under the table's lock, which readers of the counters hold: the QP's counts move
             // to the device's as it leaves the table, so they are summed once.
-            qp.data().counters.fold_into(&dev.data().counters);
+            // (The core unbound it from any QP counter first.)
+            dev.data()
+                .counters
+                .add_values(&qp::unbound_counts(qp.data()));
             table.by_qpn.remove(&qp.qpn())
         };
         // Dropping the table's reference (outside the lock) lets destruction complete.
@@ -251,9 +261,69 @@ impl rdma_dev::Driver for Rsiw {
         values.fill(0);
         let table = dev.data().qps.lock();
         dev.data().counters.sum_into(values);
+        // The core adds the QP counters (`rdma statistic qp`) to these values: what a QP counted
+        // while bound to one is theirs, not the port's.
         for (_, qp) in table.by_qpn.iter() {
-            qp.data().counters.sum_into(values);
+            stats::add_into(values, &qp::unbound_counts(qp.data()));
         }
+    }
+
+    fn counter_bind_qp(
+        qp: &Qp<Self>,
+        counter: Option<NonZeroU32>,
+        _port: u32,
+    ) -> Result<NonZeroU32> {
+        let dev = qp.device();
+        let id = match counter {
+            Some(id) => id,
+            None => dev.data().qp_counters.lock().alloc(qp::MAX_QP as usize)?,
+        };
+        let d = qp.data();
+        // Under the table's lock, which the readers of the counters hold: they see the QP bound
+        // with its base, or not bound.
+        let _table = dev.data().qps.lock();
+        d.counter_base.store(&d.counters.snapshot());
+        d.counter_id.store(id.get(), Ordering::Relaxed);
+        Ok(id)
+    }
+
+    fn counter_unbind_qp(qp: &Qp<Self>, counter: NonZeroU32) -> Result {
+        let dev = qp.device();
+        let d = qp.data();
+        let mut counters = dev.data().qp_counters.lock();
+        let _table = dev.data().qps.lock();
+        // What the QP counted while bound stays the counter's, and leaves the port's own. (The
+        // core unbinds a QP it destroys even if this fails, so it does not: a counter unknown
+        // here would be a driver bug, and its QP's counts then stay the port's.)
+        if let Some(history) = counters.get_mut(counter) {
+            let gain = stats::difference(&d.counters.snapshot(), &d.counter_base.snapshot());
+            stats::add_into(history, &gain);
+            d.counted_bound.add_values(&gain);
+        }
+        d.counter_id.store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn counter_dealloc(dev: &Device<Self>, counter: NonZeroU32) {
+        dev.data().qp_counters.lock().free(counter);
+    }
+
+    fn counter_update_stats(dev: &Device<Self>, counter: NonZeroU32, values: &mut [u64]) -> Result {
+        values.fill(0);
+        {
+            let mut counters = dev.data().qp_counters.lock();
+            stats::add_into(values, counters.get_mut(counter).ok_or(EINVAL)?);
+        }
+        // The core holds the counter's lock: no QP binds to it or leaves it meanwhile.
+        let table = dev.data().qps.lock();
+        for (_, qp) in table.by_qpn.iter() {
+            let d = qp.data();
+            if d.counter_id.load(Ordering::Relaxed) == counter.get() {
+                let gain = stats::difference(&d.counters.snapshot(), &d.counter_base.snapshot());
+                stats::add_into(values, &gain);
+            }
+        }
+        Ok(())
     }
 
     fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<QpRef<Self>> {
@@ -558,6 +628,7 @@ impl LinkHandler for Links {
             name: dev_name,
             wq: self.wq.clone(),
             counters: Counters::new(),
+            qp_counters <- new_mutex!(QpCounters::new(), "rsiw::DeviceData::qp_counters"),
         });
         if let Err(e) = self.registry.register(name, ndev, &info, data) {
             pr_err!(

@@ -11,8 +11,11 @@
 
 #![deny(unsafe_code)]
 
-use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::{c_str, rdma::stats::StatDesc};
+use core::{
+    num::NonZeroU32,
+    sync::atomic::{AtomicU64, Ordering},
+};
+use kernel::{c_str, prelude::*, rdma::stats::StatDesc};
 
 /// One counter: its index in [`NAMES`] and in [`Counters`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +96,21 @@ pub(crate) static NAMES: [StatDesc; NUM] = [
     StatDesc::new(c_str!("cm_handshakes_refused")),
 ];
 
+/// One value for each counter, in [`Counter`] order.
+pub(crate) type Values = [u64; NUM];
+
+/// `a - b`, counter by counter (counters wrap at 2^64).
+pub(crate) fn difference(a: &Values, b: &Values) -> Values {
+    core::array::from_fn(|i| a[i].wrapping_sub(b[i]))
+}
+
+/// Adds `v` into `out` (as many counters as `out` has room for).
+pub(crate) fn add_into(out: &mut [u64], v: &Values) {
+    for (o, v) in out.iter_mut().zip(v) {
+        *o = o.wrapping_add(*v);
+    }
+}
+
 /// A set of counters. Relaxed atomics: each is exact, and a read of several is not a snapshot
 /// of one instant (nor does `rdma statistic` promise one).
 pub(crate) struct Counters([AtomicU64; NUM]);
@@ -120,10 +138,22 @@ impl Counters {
         }
     }
 
-    /// Adds every counter into `dst`'s.
-    pub(crate) fn fold_into(&self, dst: &Counters) {
-        for (d, c) in dst.0.iter().zip(&self.0) {
-            d.fetch_add(c.load(Ordering::Relaxed), Ordering::Relaxed);
+    /// The counters' values now (each exact; together not one instant's).
+    pub(crate) fn snapshot(&self) -> Values {
+        core::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
+    }
+
+    /// Sets every counter to `v`'s.
+    pub(crate) fn store(&self, v: &Values) {
+        for (c, v) in self.0.iter().zip(v) {
+            c.store(*v, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds `v` into the counters.
+    pub(crate) fn add_values(&self, v: &Values) {
+        for (c, v) in self.0.iter().zip(v) {
+            c.fetch_add(*v, Ordering::Relaxed);
         }
     }
 }
@@ -138,5 +168,50 @@ pub(crate) fn terminate_counter(sent: bool, layer: u8) -> Counter {
         (false, 0) => Counter::RxTerminateRdmap,
         (false, 1) => Counter::RxTerminateDdp,
         (false, _) => Counter::RxTerminateLlp,
+    }
+}
+
+/// The QP counters of a device (`rdma statistic qp`): for each live one, what the QPs no longer
+/// bound to it counted while they were. A counter's id is its index plus one.
+pub(crate) struct QpCounters(KVec<Option<Values>>);
+
+impl QpCounters {
+    /// None yet.
+    pub(crate) const fn new() -> Self {
+        Self(KVec::new())
+    }
+
+    /// A new counter with nothing counted: its id (process context).
+    pub(crate) fn alloc(&mut self, max: usize) -> Result<NonZeroU32> {
+        let index = match self.0.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.0.len() < max => {
+                self.0.push(None, GFP_KERNEL)?;
+                self.0.len() - 1
+            }
+            None => return Err(ENOSPC),
+        };
+        let id = u32::try_from(index + 1)
+            .ok()
+            .and_then(NonZeroU32::new)
+            .ok_or(ENOSPC)?;
+        self.0[index] = Some([0; NUM]);
+        Ok(id)
+    }
+
+    /// The history of counter `id`, if it lives.
+    pub(crate) fn get_mut(&mut self, id: NonZeroU32) -> Option<&mut Values> {
+        let index = usize::try_from(id.get() - 1).ok()?;
+        self.0.get_mut(index)?.as_mut()
+    }
+
+    /// Frees counter `id`.
+    pub(crate) fn free(&mut self, id: NonZeroU32) {
+        if let Some(slot) = usize::try_from(id.get() - 1)
+            .ok()
+            .and_then(|i| self.0.get_mut(i))
+        {
+            *slot = None;
+        }
     }
 }

@@ -8,7 +8,10 @@
  *
  *   hostile_user CASE ADDR PORT
  *
- * In the srq cases the server's QP takes its receives from an SRQ.
+ * In the srq cases the server's QP takes its receives from an SRQ. One case is
+ * not hostile: "hold" makes 16 Writes of 64 KiB from the client to the server,
+ * prints "held CLIENT_QPN SERVER_QPN" and keeps both QPs until its standard
+ * input ends, so that a test can read their QP counter.
  *
  * Exits 0 when the provider reacted as the case expects, 1 (with the reason on
  * stderr) when not, 2 when the setup failed.
@@ -698,6 +701,24 @@ static int munmap_mr(void)
 	return 0;
 }
 
+/* 16 Writes of BUF_BYTES, then the QPs are held until stdin ends. */
+static int hold(void)
+{
+	struct ibv_wc wc;
+	char line[16];
+	int i;
+
+	for (i = 0; i < 16; i++)
+		if (post_write(&cl, &sv, 20 + i, BUF_BYTES, 0) || poll_n(cl.scq, &wc, 1) != 1 ||
+		    wc.status != IBV_WC_SUCCESS)
+			die(1, "write %d failed", i);
+	printf("held %u %u\n", cl.id->qp->qp_num, sv.id->qp->qp_num);
+	fflush(stdout);
+	while (fgets(line, sizeof(line), stdin))
+		;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const uint32_t one[] = { 64 }, huge[] = { 0xfffffff0, 0xfffffff0 }, long_inline[] = { 81 };
@@ -709,6 +730,8 @@ int main(int argc, char **argv)
 	case_name = argv[1];
 	use_srq = !strncmp(case_name, "srq", 3);
 	connect_sides(argv[2], argv[3]);
+	if (!strcmp(case_name, "hold"))
+		return hold();
 	if (!strcmp(case_name, "sqe-opcode"))
 		return bad_sqe(0, 1, 200, one, 1, cl.mr->lkey, IBV_WC_LOC_QP_OP_ERR, 1);
 	if (!strcmp(case_name, "sqe-nsge7"))

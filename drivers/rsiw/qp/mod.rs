@@ -46,6 +46,7 @@ use crate::{
         MAX_SGE_RD, NO_SGE,
     },
 };
+use core::sync::atomic::{AtomicU32, Ordering};
 
 pub(crate) mod link;
 mod rx;
@@ -303,6 +304,24 @@ pub(crate) struct QpData {
     rx_work: QpWork<Rsiw>,
     /// What the data path counted for `rdma statistic` ([`crate::stats`]).
     pub(crate) counters: crate::stats::Counters,
+    /// The QP counter (`rdma statistic qp`) the QP is bound to (0: none), `counters` as they
+    /// were when it was bound, and what it counted while bound to counters it left. Written
+    /// under the core's lock of the counter and the device's QP table lock; read under either.
+    pub(crate) counter_id: AtomicU32,
+    pub(crate) counter_base: crate::stats::Counters,
+    pub(crate) counted_bound: crate::stats::Counters,
+}
+
+/// What `d`'s QP counted while bound to no QP counter: the port's own share of its counts.
+/// Called under the device's QP table lock.
+pub(crate) fn unbound_counts(d: &QpData) -> crate::stats::Values {
+    // While bound, the counts since the base are the counter's.
+    let own = if d.counter_id.load(Ordering::Relaxed) != 0 {
+        d.counter_base.snapshot()
+    } else {
+        d.counters.snapshot()
+    };
+    crate::stats::difference(&own, &d.counted_bound.snapshot())
 }
 
 /// Validates a create request, fits `attr.cap` to what the QP provides, and builds its data.
@@ -421,6 +440,9 @@ pub(crate) fn create(
         tx_work <- kernel::new_qp_work!(tx::run, "rsiw::QpData::tx_work"),
         rx_work <- kernel::new_qp_work!(rx::rx_work, "rsiw::QpData::rx_work"),
         counters: crate::stats::Counters::new(),
+        counter_id: AtomicU32::new(0),
+        counter_base: crate::stats::Counters::new(),
+        counted_bound: crate::stats::Counters::new(),
     });
     Ok((init, response))
 }

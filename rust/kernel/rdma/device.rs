@@ -28,7 +28,7 @@ use crate::{
     types::{ARef, AlwaysRefCounted, Opaque},
     ThisModule,
 };
-use core::{marker::PhantomData, ptr::NonNull};
+use core::{marker::PhantomData, num::NonZeroU32, ptr::NonNull};
 
 /// RDMA driver identifiers (`enum rdma_driver_id`) that user-space providers match on.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -340,6 +340,41 @@ pub trait Driver: Sized + 'static {
     /// core serializes the calls for one set of values, and also calls this while it registers
     /// the device.
     fn get_hw_stats(_dev: &Device<Self>, _port: u32, _values: &mut [u64]) {
+        crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Binds `qp` to a QP counter of `port` (`rdma statistic qp`, process context): `counter` is
+    /// the counter's id, or `None` for a counter the core has just made, which the driver names:
+    /// the id returned, unique among the device's live QP counters. The core serializes the
+    /// calls for one counter (binding, unbinding and reading it).
+    fn counter_bind_qp(
+        _qp: &Qp<Self>,
+        _counter: Option<NonZeroU32>,
+        _port: u32,
+    ) -> Result<NonZeroU32> {
+        crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Unbinds `qp` from QP counter `counter` (process context); what `qp` counted while bound
+    /// stays in the counter.
+    fn counter_unbind_qp(_qp: &Qp<Self>, _counter: NonZeroU32) -> Result {
+        crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// The core frees QP counter `counter`; no QP is bound to it (process context).
+    fn counter_dealloc(_dev: &Device<Self>, _counter: NonZeroU32) {
+        crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Reads QP counter `counter` into `values`, one for each of [`Driver::HW_STATS`]: what its
+    /// QPs counted while bound (process context). The core adds the QP counters to the port's
+    /// values ([`Driver::get_hw_stats`]), so what a QP counts while bound to a counter must not
+    /// be in those too.
+    fn counter_update_stats(
+        _dev: &Device<Self>,
+        _counter: NonZeroU32,
+        _values: &mut [u64],
+    ) -> Result {
         crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
 
@@ -775,6 +810,20 @@ impl<T: Driver> Adapter<T> {
             ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats);
             ops.get_hw_stats = Some(Self::get_hw_stats);
         }
+        if T::HAS_COUNTER_BIND_QP {
+            assert!(
+                T::HAS_COUNTER_UNBIND_QP
+                    && T::HAS_COUNTER_DEALLOC
+                    && T::HAS_COUNTER_UPDATE_STATS
+                    && T::HAS_GET_HW_STATS,
+                "a driver with QP counters implements all their ops and has port counters"
+            );
+            ops.counter_bind_qp = Some(Self::counter_bind_qp);
+            ops.counter_unbind_qp = Some(Self::counter_unbind_qp);
+            ops.counter_dealloc = Some(Self::counter_dealloc);
+            ops.counter_alloc_stats = Some(Self::counter_alloc_stats);
+            ops.counter_update_stats = Some(Self::counter_update_stats);
+        }
         if T::HAS_ALLOC_UCONTEXT {
             ops.alloc_ucontext = Some(Self::alloc_ucontext);
             ops.dealloc_ucontext = Some(Self::dealloc_ucontext);
@@ -1006,21 +1055,149 @@ impl<T: Driver> Adapter<T> {
         port: u32,
         _index: crate::ffi::c_int,
     ) -> crate::ffi::c_int {
-        // SAFETY: `stats` came from `alloc_hw_port_stats` above: `num_counters` values follow
-        // it, as many as `T::HW_STATS` names.
+        // SAFETY: `stats` came from `alloc_hw_port_stats` above, and the core holds
+        // `stats->lock` around the call (or has not published `stats` yet).
+        let (n, values) = unsafe { Self::stats_values(stats) };
+        // SAFETY: The core passes a device with our ops.
+        T::get_hw_stats(unsafe { Self::dev(ibdev) }, port, values);
+        n
+    }
+
+    /// The values of `stats`: its `num_counters`, and as many of them as [`Driver::HW_STATS`]
+    /// names.
+    ///
+    /// # Safety
+    ///
+    /// `stats` came from `alloc_hw_port_stats` above (`num_counters` values follow it, one for
+    /// each of `T::HW_STATS`) and is not freed while the result lives; nothing else reads or
+    /// writes its values meanwhile (the caller holds the lock the core keeps them under).
+    unsafe fn stats_values<'a>(stats: *mut bindings::rdma_hw_stats) -> (i32, &'a mut [u64]) {
+        // SAFETY: `stats` is live (the caller's contract).
         let n = unsafe { (*stats).num_counters };
         let len = usize::try_from(n).unwrap_or(0).min(T::HW_STATS.len());
-        // SAFETY: See above; the core holds `stats->lock` around the call (or has not published
-        // `stats` yet), so nothing else reads or writes the values meanwhile.
+        // SAFETY: `len` values follow `stats`, used by nothing else while the slice lives (the
+        // caller's contract).
         let values = unsafe {
             core::slice::from_raw_parts_mut(
                 core::ptr::addr_of_mut!((*stats).value).cast::<u64>(),
                 len,
             )
         };
-        // SAFETY: The core passes a device with our ops.
-        T::get_hw_stats(unsafe { Self::dev(ibdev) }, port, values);
-        n
+        (n, values)
+    }
+
+    /// `ib_device_ops.counter_bind_qp`: binds a QP to a QP counter, naming a new counter.
+    ///
+    /// # Safety
+    ///
+    /// `counter` is a live QP counter of this device whose `lock` the caller holds, and `ibqp` a
+    /// live QP of this driver (the core binds QPs it holds, before their `destroy_qp`) not bound
+    /// to any counter.
+    unsafe extern "C" fn counter_bind_qp(
+        counter: *mut bindings::rdma_counter,
+        ibqp: *mut bindings::ib_qp,
+    ) -> crate::ffi::c_int {
+        // SAFETY: The core passes a QP of ours that it keeps alive during the call.
+        let qp = unsafe { &*ibqp.cast::<Qp<T>>() };
+        // SAFETY: `counter` is live and its lock, held by the caller, covers `id`; `port` is set
+        // when the counter is made.
+        let (id, port) = unsafe { ((*counter).id, (*counter).port) };
+        match T::counter_bind_qp(qp, NonZeroU32::new(id), port) {
+            Ok(id) => {
+                // SAFETY: As above. The core reads `qp->counter` to unbind, under the counter's
+                // lock or when it destroys the QP, neither of which runs concurrently.
+                unsafe {
+                    (*counter).id = id.get();
+                    (*ibqp).counter = counter;
+                }
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// `ib_device_ops.counter_unbind_qp`: unbinds a QP from its QP counter.
+    ///
+    /// # Safety
+    ///
+    /// `ibqp` is a live QP of this driver bound to a counter (`counter_bind_qp` above set
+    /// `ibqp->counter`), whose `lock` the caller holds.
+    unsafe extern "C" fn counter_unbind_qp(ibqp: *mut bindings::ib_qp) -> crate::ffi::c_int {
+        // SAFETY: The core passes a QP of ours that it keeps alive during the call.
+        let qp = unsafe { &*ibqp.cast::<Qp<T>>() };
+        // SAFETY: `counter_bind_qp` set `counter` to a live counter, which the core keeps until
+        // the QP is unbound; the caller holds its lock.
+        let id = unsafe { (*(*ibqp).counter).id };
+        // A bound counter was named by `counter_bind_qp`.
+        let Some(id) = NonZeroU32::new(id) else {
+            return EINVAL.to_errno();
+        };
+        match T::counter_unbind_qp(qp, id) {
+            Ok(()) => {
+                // SAFETY: As above.
+                unsafe { (*ibqp).counter = core::ptr::null_mut() };
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// `ib_device_ops.counter_dealloc`: frees the driver's state of a QP counter.
+    ///
+    /// # Safety
+    ///
+    /// `counter` is a QP counter of this device that the core is freeing: no QP is bound to it
+    /// and nothing else uses it.
+    unsafe extern "C" fn counter_dealloc(
+        counter: *mut bindings::rdma_counter,
+    ) -> crate::ffi::c_int {
+        // SAFETY: `counter` is live and used by nothing else.
+        let (ibdev, id) = unsafe { ((*counter).device, (*counter).id) };
+        // A counter whose first binding failed was never named: nothing to free.
+        if let Some(id) = NonZeroU32::new(id) {
+            // SAFETY: The counter belongs to a device with our ops.
+            T::counter_dealloc(unsafe { Self::dev(ibdev) }, id);
+        }
+        0
+    }
+
+    /// `ib_device_ops.counter_alloc_stats`: allocates the `rdma_hw_stats` of a QP counter, or of
+    /// a port's history of freed counters (`counter` null). They have the port's counters,
+    /// [`Driver::HW_STATS`]: the core adds them up by the port's indexes.
+    ///
+    /// # Safety
+    ///
+    /// No requirement beyond the C signature: `_counter` is not used. The caller owns the result
+    /// and frees it with `rdma_free_hw_stats_struct`.
+    unsafe extern "C" fn counter_alloc_stats(
+        _counter: *mut bindings::rdma_counter,
+    ) -> *mut bindings::rdma_hw_stats {
+        // SAFETY: No requirement: the port's allocation uses no argument.
+        unsafe { Self::alloc_hw_port_stats(core::ptr::null_mut(), 0) }
+    }
+
+    /// `ib_device_ops.counter_update_stats`: reads a QP counter into `counter->stats->value`.
+    ///
+    /// # Safety
+    ///
+    /// `counter` is a live QP counter of this device whose `lock` the caller holds, and whose
+    /// `stats` came from `counter_alloc_stats` above.
+    unsafe extern "C" fn counter_update_stats(
+        counter: *mut bindings::rdma_counter,
+    ) -> crate::ffi::c_int {
+        // SAFETY: `counter` is live; its lock, held by the caller, covers `id` and the values.
+        let (ibdev, id, stats) = unsafe { ((*counter).device, (*counter).id, (*counter).stats) };
+        let Some(id) = NonZeroU32::new(id) else {
+            return EINVAL.to_errno();
+        };
+        // SAFETY: `stats` came from `counter_alloc_stats`, which allocates as
+        // `alloc_hw_port_stats` does; the caller holds the counter's lock, which covers them.
+        let (_, values) = unsafe { Self::stats_values(stats) };
+        // SAFETY: The counter belongs to a device with our ops.
+        match T::counter_update_stats(unsafe { Self::dev(ibdev) }, id, values) {
+            Ok(()) => 0,
+            Err(e) => e.to_errno(),
+        }
     }
 
     /// `ib_device_ops.dealloc_ucontext`: tears down a user context; there is nothing to do, as the

@@ -59,7 +59,7 @@ port=20950
 # it listens on $port, run the client; ok when both exit 0 within 120 s. The
 # commands may use $port. Moves $port on.
 serve() {
-	local desc=$1 srv=() cli=() pid st_s st_c
+	local desc=$1 srv=() cli=() pid cpid st_s st_c stuck
 	shift 2
 	while [ "$1" != -- ]; do
 		srv+=("$1")
@@ -77,8 +77,18 @@ serve() {
 		port=$((port + 1))
 		return 1
 	fi
-	timeout 120 "${cli[@]}" >"$TEST_TMP/client" 2>&1
+	"${cli[@]}" >"$TEST_TMP/client" 2>&1 &
+	cpid=$!
+	# A client still running after 120 s hangs: what its QPs, sockets and threads
+	# were doing is taken before it is killed (status 124, as timeout gives).
+	stuck=
+	if ! wait_for 120 client_done "$cpid"; then
+		stuck=$(hang_state "$cpid")
+		kill -KILL "$cpid" 2>/dev/null
+	fi
+	wait "$cpid"
 	st_c=$?
+	[ -z "$stuck" ] || st_c=124
 	wait "$pid"
 	st_s=$?
 	port=$((port + 1))
@@ -87,8 +97,28 @@ serve() {
 		return 0
 	fi
 	tap_fail "$desc" "server exit $st_s: ${srv[*]}" "$(tail -n 20 "$TEST_TMP/server")" \
-		"client exit $st_c: ${cli[*]}" "$(tail -n 20 "$TEST_TMP/client")"
+		"client exit $st_c: ${cli[*]}" "$(tail -n 20 "$TEST_TMP/client")" ${stuck:+"$stuck"}
 	return 1
+}
+
+# client_done PID: whether the process PID has exited (a zombie counts).
+client_done() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	stat=${stat##*) }
+	[ "${stat%% *}" = Z ]
+}
+
+# hang_state PID: the RDMA QPs, TCP sockets and kernel stacks of PID's threads.
+hang_state() {
+	local t
+	echo "the client hung; its state before the kill:"
+	timeout 10 rdma resource show qp -dd 2>&1
+	timeout 10 ss -tnoi state all 2>&1 | head -n 40
+	for t in /proc/"$1"/task/*; do
+		echo "thread ${t##*/} ($(cat "$t/comm" 2>/dev/null)):"
+		cat "$t/stack" 2>/dev/null | head -n 12
+	done
 }
 
 for p in "${pairs[@]}"; do

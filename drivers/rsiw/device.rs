@@ -112,7 +112,7 @@ pub(crate) struct DeviceData {
     /// The connection manager's counts, and those of QPs already destroyed ([`crate::stats`]).
     pub(crate) counters: Counters,
     /// The QP counters (`rdma statistic qp`). Taken in process context by the core's counter
-    /// calls, never with another of the device's locks.
+    /// calls (under the core's lock of the counter); `qps` may nest inside it, never the reverse.
     #[pin]
     qp_counters: Mutex<QpCounters>,
 }

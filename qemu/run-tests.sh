@@ -351,10 +351,11 @@ for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO ULP_KO VM_TIMEOUT_SCALE \
 	[ -n "${!v:-}" ] && [ -z "${named[$v]:-}" ] && forwarded+=("$v=${!v}")
 	named[$v]=1
 done
+# (A pair's env files also get each VM's role: boot_half writes them.)
 for role in "${ROLES[@]}"; do
 	printf '%s\n' "${tests[@]}" >"$(role_dir "$role")/tests"
-	printf '%s\n' "${forwarded[@]}" >"$(role_dir "$role")/env"
 done
+((PAIR)) || printf '%s\n' "${forwarded[@]}" >"$run/env"
 
 # A free port on host loopback for the link (a bind to port 0 picks one; the
 # kernel does not hand it out again at once).

@@ -199,18 +199,19 @@ impl QpCounters {
         Ok(id)
     }
 
+    /// The slot of counter `id`, if the table has one.
+    fn slot(&mut self, id: NonZeroU32) -> Option<&mut Option<Values>> {
+        self.0.get_mut(usize::try_from(id.get() - 1).ok()?)
+    }
+
     /// The history of counter `id`, if it lives.
     pub(crate) fn get_mut(&mut self, id: NonZeroU32) -> Option<&mut Values> {
-        let index = usize::try_from(id.get() - 1).ok()?;
-        self.0.get_mut(index)?.as_mut()
+        self.slot(id)?.as_mut()
     }
 
     /// Frees counter `id`.
     pub(crate) fn free(&mut self, id: NonZeroU32) {
-        if let Some(slot) = usize::try_from(id.get() - 1)
-            .ok()
-            .and_then(|i| self.0.get_mut(i))
-        {
+        if let Some(slot) = self.slot(id) {
             *slot = None;
         }
     }

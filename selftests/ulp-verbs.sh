@@ -6,7 +6,8 @@
 # REG_MR with key rotation, LOCAL_INV; signaled and unsignaled) at sizes 0, 1,
 # 4095, 4096, 65537 and 4 MiB with byte-exact data and guard checks, 64 QPs at
 # once, a reject with private data, teardown with traffic in flight, STag
-# indexes not allocated in sequence (32 MRs in a row), and the MPA modes
+# indexes not allocated in sequence (32 MRs in a row), an orderly close with
+# READs in flight (no reset on either side), and the MPA modes
 # (Markers, CRC off, revision 1, each RTR type). The device's limits, read
 # from its attributes (rsiw: 8 SGEs, 1 READ sink SGE, IRD/ORD 128, 32768 work
 # requests; the C siw: 6 SGEs): SEND, receive, WRITE and READ at the SGE
@@ -16,7 +17,7 @@
 # timeout: 1500
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
-require rdma ibv_devinfo
+require rdma ibv_devinfo ss nstat
 
 # shellcheck source=ulp/ulp.sh
 . "$(dirname "$0")/ulp/ulp.sh"
@@ -172,6 +173,37 @@ else
 fi
 ulp_run "64 QPs" "$client test=qps qps=64 size=65537 sge=2"
 ulp_run "teardown in flight" "$client test=teardown"
+
+# An orderly close while Read Responses still stream in: the closing side
+# drops what arrives after its QP left RTS, so the peer's FIN gets through and
+# the close ends in order on both sides. Without that the FIN waits behind a
+# full receive window until rsiw's close timeout (5 s), and the socket is
+# released with unread data, which TCP answers with a reset
+# (TcpExtTCPAbortOnClose; data arriving after the close resets too:
+# TcpExtTCPAbortOnData). The C siw does not read a closing connection's
+# socket: on it the counts are only shown.
+tcp_resets() {
+	nstat -asz TcpExtTCPAbortOnClose TcpExtTCPAbortOnData |
+		awk '{ n[$1] = $2 } END { print "TcpExtTCPAbortOnClose=" n["TcpExtTCPAbortOnClose"] + 0, "TcpExtTCPAbortOnData=" n["TcpExtTCPAbortOnData"] + 0 }'
+}
+port_busy() { ss -tanH state connected "( sport = :$port or dport = :$port )" | awk '$1 != "TIME-WAIT"'; }
+# Small receive buffers for the connection made here, so that the Read
+# Responses in flight fill the client's window.
+rmem=$(sysctl -n net.ipv4.tcp_rmem)
+trap 'sysctl -qw net.ipv4.tcp_rmem="$rmem"; ulp_unload; cleanup' EXIT
+tap_wait "no connection left on port $port before the busy close" 30 eval '[ -z "$(port_busy)" ]'
+tap_check "receive buffers of at most 32 KiB (tcp_rmem)" sysctl -qw net.ipv4.tcp_rmem="4096 16384 32768"
+resets0=$(tcp_resets)
+ulp_run "orderly close with READs in flight" "$client test=close_busy"
+tap_wait "no connection left on port $port after the busy close" 30 eval '[ -z "$(port_busy)" ]'
+resets1=$(tcp_resets)
+tap_check "restore tcp_rmem ($rmem)" sysctl -qw net.ipv4.tcp_rmem="$rmem"
+if rsiw_is_reference; then
+	tap_diag "busy close on $RSIW_MODULE: $resets0 -> $resets1"
+else
+	tap_result "$([ -n "$resets0" ] && [ "$resets0" = "$resets1" ]; echo $?)" \
+		"busy close: no reset on either side ($resets0 -> $resets1)"
+fi
 
 # IPv6: a second server on the netdev's IPv6 address, and SEND, WRITE and READ
 # to it: rdma_cm over IPv6, the device's listener and both ends of each

@@ -574,6 +574,11 @@ fn finish(e: Established, status: Result) -> Phase {
     let Established { qp, sock, token } = e;
     sock.clear_callbacks();
     drop(link::detach(&qp));
+    if status.is_ok() {
+        // An orderly close ends with a FIN, not with the reset that releasing a socket with
+        // unread data sends: drop what the receive path had not read yet.
+        sock.with_locked(link::discard_inbound);
+    }
     let _ = sock.shutdown(Shutdown::Both);
     drop(sock);
     pr_debug!("connection of QP {} closed\n", qp.qpn());
@@ -593,6 +598,7 @@ fn connected(e: Established, events: u32) -> Phase {
         // or after the close timeout. The QP goes to ERROR now.
         drop(link::detach(&e.qp));
         let _ = e.sock.shutdown(Shutdown::Write);
+        e.sock.with_locked(link::discard_inbound);
         Phase::Closing(e, Err(errno::econnaborted()))
     } else if ev & EV_PEER_FIN != 0 && !hard {
         // The peer closes in order: tell the ULP, and close our half.
@@ -601,7 +607,9 @@ fn connected(e: Established, events: u32) -> Phase {
         finish(e, Ok(()))
     } else if ev & EV_DISCONNECT != 0 && !hard {
         // The ULP closes in order: send our FIN and give the peer time to answer with its own.
+        // What the peer sent before its FIN is dropped, now and as it comes.
         let _ = e.sock.shutdown(Shutdown::Write);
+        e.sock.with_locked(link::discard_inbound);
         Phase::Closing(e, Ok(()))
     } else if ev & EV_ABORT != 0 {
         finish(e, Err(errno::econnaborted()))

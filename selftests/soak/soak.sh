@@ -284,12 +284,22 @@ left_sockets() {
 if wait_for 60 eval '[ -z "$(left_sockets)" ]'; then
 	tap_ok "no socket on the NFS, NVMe or ULP port in either namespace but TIME-WAIT (after $((WAITED_MS / 1000)) s)"
 else
-	# With their timers and retransmission counts (ss -o -i): a close that
-	# retransmits, or one that waits for nothing.
+	# With their timers, retransmission counts and inodes (ss -o -i -e; inode 0:
+	# rsiw released the socket and TCP alone finishes it), both namespaces' TCP
+	# abort counters, and whether TCP ends them within 4 more minutes.
+	ports="( sport = :$NFS_RDMA_PORT or sport = :$svcid or sport = :$ulp_port or dport = :$NFS_RDMA_PORT or dport = :$svcid or dport = :$ulp_port )"
+	aborts='TcpExtTCPAbortOnData|TcpExtTCPAbortOnClose|TcpExtTCPAbortOnTimeout|TcpExtTCPAbortOnLinger|TcpExtTCPAbortFailed|TcpOutRsts'
 	tap_fail "no socket on the NFS, NVMe or ULP port in either namespace but TIME-WAIT (within 60 s)" \
 		"$(left_sockets)" \
-		"$(ss -taoniH state all "( sport = :$NFS_RDMA_PORT or sport = :$svcid or sport = :$ulp_port )" |
-			grep -v TIME-WAIT | head -n 40)"
+		"initial namespace:" "$(ss -taoenipH state all "$ports" | grep -v TIME-WAIT | head -n 40)" \
+		"$(grep TCP: /proc/net/sockstat)" "$(nstat -asz 2>/dev/null | grep -E "$aborts")" \
+		"namespace $ns:" "$(inns ss -taoenipH state all "$ports" | head -n 40)" \
+		"$(inns grep TCP: /proc/net/sockstat)" "$(inns nstat -asz 2>/dev/null | grep -E "$aborts")"
+	if wait_for 240 eval '[ -z "$(left_sockets)" ]'; then
+		tap_diag "TCP ended them $((WAITED_MS / 1000)) s later"
+	else
+		tap_diag "still there 4 minutes later:" "$(left_sockets)"
+	fi
 fi
 tap_check "undo the setup: export, null_blk, nvmet, NFS and NVMe modules" ulp_cleanup
 check_no_splat "no kernel splat"

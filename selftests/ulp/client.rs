@@ -1296,6 +1296,35 @@ pub(crate) fn teardown(p: &Params) -> TResult {
     write_then_close(c, p, 65537, 2)
 }
 
+/// An orderly close while the server's Read Responses stream in: 16 READs of 1 MiB are posted,
+/// and once the first completes, the client disconnects. What the server already gave TCP
+/// still arrives after the client's QP has left RTS; the client must take it off the socket
+/// (and drop it) so that the server's FIN behind it gets through and both sockets close in
+/// order, without a reset (the shell counts resets on unread data). Returns the milliseconds
+/// from `rdma_disconnect` to the disconnect event.
+pub(crate) fn close_busy(p: &Params) -> TResult<i64> {
+    const SIZE: usize = 1 << 20;
+    const READS: u64 = 16;
+    let mut c = Conn::connect(p.dst, ConnOpts::default())?;
+    let (iova, rkey) = c.target(SIZE, p.seed, 1)?;
+    let sink = c.region(SIZE, 1)?;
+    let mr = c.register(&sink, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = Sge::from_mr(&mr, 0, SIZE).at("SGE")?;
+    let mut wrs = KVec::new();
+    for i in 0..READS {
+        let r = SendWr::read(WR_DATA + i, iova, rkey)
+            .sge(&sge)
+            .at("READ")?
+            .signaled();
+        wrs.push(r, GFP_KERNEL).at("allocating")?;
+    }
+    c.qp()?.post_send(&wrs).at("ib_post_send (READs)")?;
+    c.wait_ok(WR_DATA, "the first READ failed")?;
+    let start = Ktime::ktime_get();
+    c.close()?;
+    Ok(kernel::time::ktime_ms_delta(Ktime::ktime_get(), start))
+}
+
 /// A signaled WRITE of `size` bytes in `sge` SGEs (verified by the server), then an orderly
 /// close.
 fn write_then_close(mut c: Conn, p: &Params, size: usize, sge: usize) -> TResult {

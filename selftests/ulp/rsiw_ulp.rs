@@ -392,6 +392,11 @@ impl Ulp {
                 ));
             }),
             "teardown" => client::teardown(p),
+            "close_busy" => client::close_busy(p).map(|ms| {
+                self.log(format_args!(
+                    "# close_busy: disconnected {ms} ms after rdma_disconnect\n"
+                ));
+            }),
             "connect" => client::connect_only(p).map(|(ird, ord)| {
                 self.log(format_args!(
                     "# connect: established, IRD {ird} ORD {ord}\n"

@@ -141,6 +141,12 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     super::rx::data_ready(qp, sk);
 }
 
+/// Drops what is queued on the socket of a link [`detach`]ed from its QP while the connection
+/// closes (process context, socket locked): the peer's FIN must not wait behind it.
+pub(crate) fn discard_inbound(sk: &LockedSock) {
+    super::rx::discard(sk);
+}
+
 /// The socket of `qp`'s link has room again after a send that TCP did not take all of (any
 /// context up to softirq): the transmit path resumes.
 pub(crate) fn tx_ready(qp: &Qp<Rsiw>) {

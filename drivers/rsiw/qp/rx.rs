@@ -162,6 +162,12 @@ const RX_DEFER_MIN: usize = 32 * 1024;
 pub(crate) fn data_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     {
         let mut g = lock(qp);
+        if g.link.is_none() {
+            // Detached while its connection closes: see `discard`.
+            drop(g);
+            discard(sk);
+            return;
+        }
         if g.rx_scheduled {
             // The work item reads again before it ends; reading here would reorder.
             g.rx_again = true;
@@ -182,6 +188,14 @@ pub(crate) fn data_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
         }
     }
     rx_ready(qp, sk);
+}
+
+/// Reads and drops everything queued on a socket whose QP no longer receives (its link is
+/// detached, so nothing else reads it). Left queued, it would close the receive window, and
+/// the peer's FIN, which an orderly close waits for, would stay behind it: the close would
+/// time out and end with a reset.
+pub(crate) fn discard(sk: &LockedSock) {
+    let _ = sk.read_sock(|skb| Consumed::Continue(skb.len()));
 }
 
 /// The receive work item: reads the socket (locked as its owner, in process context) until

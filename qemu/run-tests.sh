@@ -324,8 +324,12 @@ else
 	echo "# vm: $(basename "$kdir"), TCG, $VM_CPUS cpus, $VM_MEMORY; ${#tests[@]} test(s); module ${RSIW_MODULE:-rsiw}, link type ${RSIW_LINK_TYPE:-rsiw}; logs in ${run#"$RSIW_ROOT"/}"
 fi
 
-# One VM run at a time on this host.
+# One VM run at a time on this host. The guests modprobe rsiw from the kernel
+# tree's module tree: no install may replace it during the run
+# (scripts/module.sh takes this lock exclusively).
 vm_lock
+exec 7>"$kdir.modules.lock"
+flock -s 7
 if ((PAIR)); then
 	# Both VMs load the same modules, even if a build replaces them meanwhile
 	# (copied only now: the wait for the lock can be long, and a module must

@@ -21,6 +21,14 @@ fi
 install_module() {
 	local base rel PATH=$PATH:/sbin:/usr/sbin
 	if [ -z "${DESTDIR:-}" ]; then
+		# A VM run on this tree modprobes rsiw from it and checks that it is
+		# the run's own build: wait until no run uses it (qemu/run-tests.sh
+		# holds this lock shared).
+		exec 7>"$KDIR.modules.lock"
+		if ! flock -n -x 7; then
+			progress "waiting for the VM run that uses $KDIR's module tree to finish"
+			flock -x 7
+		fi
 		(cd "$KDIR" && virtme-prep-kdir-mods >/dev/null)
 		base=$KDIR/.virtme_mods rel=0.0.0
 	else

@@ -83,7 +83,7 @@ tap_check "rdma link add siw1 type siw on cmv1 (in $ns)" inns rdma link add siw1
 [ -f "$ULP_KO" ] || tap_bail "$ULP_KO does not exist (make module)"
 kmemleak_report "no leak from the setup"
 kmsg_mark
-tap_check "insmod rsiw_ulp" insmod "$ULP_KO" || tap_bail "cannot load the ULP"
+ulp_insmod || tap_bail "cannot load the ULP"
 tap_check "ULP server listens on rsiw0 $a:$port" ulp_ctl "server addr=$a port=$port" ||
 	tap_bail "cannot start the ULP server"
 

@@ -67,7 +67,7 @@ tap_result "$( ((st != 0)) && grep -qi 'not supported' <<<"$out"; echo $?)" \
 
 [ -f "$ULP_KO" ] || tap_bail "$ULP_KO does not exist (make module)"
 kmsg_mark
-tap_check "insmod rsiw_ulp" insmod "$ULP_KO" || tap_bail "cannot load the ULP"
+ulp_insmod || tap_bail "cannot load the ULP"
 ULP_NETNS=$nsa tap_check "ULP server on $a:$port, started from $nsa" ulp_ctl "server addr=$a port=$port" ||
 	tap_bail "cannot start the ULP server in $nsa"
 listening() { # NS: the listeners on $port there (the initial namespace without NS)

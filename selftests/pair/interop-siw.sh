@@ -243,7 +243,7 @@ tap_check "rdma link add $dev type $RSIW_LINK_TYPE netdev $PAIR_NETDEV" rdma_lin
 	tap_bail "cannot add the link"
 tap_wait "$dev is ACTIVE" 10 port_state_is "$dev" ACTIVE
 [ -f "$ULP_KO" ] || tap_bail "$ULP_KO does not exist (make module)"
-tap_check "insmod rsiw_ulp" insmod "$ULP_KO" || tap_bail "cannot load the ULP"
+ulp_insmod || tap_bail "cannot load the ULP"
 if ! err=$(ulp_ctl "server addr=$PAIR_ADDR port=$port"); then
 	tap_fail "start the ULP server on $PAIR_ADDR:$port" "$err"
 	tap_bail "cannot start the ULP server"

@@ -96,7 +96,7 @@ tap_check "nvme connect -t rdma -a $nvip (reconnect every 2 s)" \
 nvme_dev=$(nvme_namespaces "$nqn" | head -n 1)
 [ -n "$nvme_dev" ] || tap_bail "no NVMe namespace"
 [ -f "$ULP_KO" ] || tap_bail "$ULP_KO does not exist (make module)"
-tap_check "insmod rsiw_ulp" insmod "$ULP_KO" || tap_bail "cannot load the ULP"
+ulp_insmod || tap_bail "cannot load the ULP"
 tap_check "ULP server on $a:$ulp_port" ulp_ctl "server addr=$a port=$ulp_port" || tap_bail "no ULP server"
 
 established() { cat "/sys/class/infiniband/$1/ports/1/hw_counters/cm_established"; }

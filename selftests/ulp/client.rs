@@ -10,6 +10,7 @@ use crate::proto::{status, Kind, Msg, GUARD, HELLO, MSG_LEN, REJECTED, REJECT_ME
 use crate::region::Region;
 use crate::OWNER;
 use core::net::SocketAddr;
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     netns::Namespace,
     new_condvar, new_mutex,
@@ -26,8 +27,23 @@ use kernel::{
     time::{msecs_to_jiffies, Ktime},
 };
 
-/// How long one step may take before the test fails.
-pub(crate) const STEP_MS: u32 = 10_000;
+/// How long one step (a completion, a CM event) may take before the test fails: 10 s, times
+/// the factor the `timeouts` command set (for slow test kernels, such as KASAN's).
+pub(crate) fn step_ms() -> u32 {
+    10_000u32.saturating_mul(STEP_FACTOR.load(Ordering::Relaxed))
+}
+
+/// See [`step_ms`].
+static STEP_FACTOR: AtomicU32 = AtomicU32::new(1);
+
+/// Multiplies every step's time limit by `factor` (1 to 100).
+pub(crate) fn set_step_factor(factor: u32) -> Result {
+    if !(1..=100).contains(&factor) {
+        return Err(EINVAL);
+    }
+    STEP_FACTOR.store(factor, Ordering::Relaxed);
+    Ok(())
+}
 
 /// wr_ids of the client.
 const WR_CTRL_RX: u64 = 1;
@@ -204,7 +220,7 @@ pub(crate) struct ConnOpts {
     pub(crate) rd_max: bool,
     /// Send and receive queue depth (0: 256, or the device's limit if lower).
     pub(crate) depth: u32,
-    /// How long to wait for the connection (0: [`STEP_MS`]).
+    /// How long to wait for the connection (0: [`step_ms`]).
     pub(crate) wait_ms: u32,
 }
 
@@ -293,7 +309,7 @@ impl Conn {
         let start = Ktime::ktime_get();
         id.connect(&param).at("rdma_connect")?;
         let wait = match opts.wait_ms {
-            0 => STEP_MS,
+            0 => step_ms(),
             w => w,
         };
         let (kind, st) = cm.next(wait).at("waiting for the connection")?;
@@ -357,7 +373,7 @@ impl Conn {
     pub(crate) fn close(self) -> TResult {
         self.id.disconnect().at("rdma_disconnect")?;
         loop {
-            let (kind, _) = self.cm.next(STEP_MS).at("waiting for the disconnect")?;
+            let (kind, _) = self.cm.next(step_ms()).at("waiting for the disconnect")?;
             if kind == CmEventKind::Disconnected {
                 return Ok(());
             }
@@ -416,7 +432,7 @@ impl Conn {
 
     /// Waits for `wr_id` and requires success.
     pub(crate) fn wait_ok(&mut self, wr_id: u64, what: &'static str) -> TResult<Done> {
-        let d = self.wait(wr_id, STEP_MS)?;
+        let d = self.wait(wr_id, step_ms())?;
         if d.status != WcStatus::Success {
             return Err(fail(what, wr_id, d.status_raw.into()));
         }
@@ -597,7 +613,7 @@ pub(crate) fn event_code(k: CmEventKind) -> u64 {
 
 /// Waits for the next CM event, which must be `want`.
 pub(crate) fn expect_event(cm: &ClientCm, want: CmEventKind, what: &'static str) -> TResult {
-    let (kind, st) = cm.next(STEP_MS).at(what)?;
+    let (kind, st) = cm.next(step_ms()).at(what)?;
     if kind != want {
         // CAST: The status is a (negative) errno, reported as a number.
         return Err(fail(what, event_code(kind), st as u64));
@@ -1037,7 +1053,7 @@ pub(crate) fn reg_mr(c: &mut Conn, p: &Params, stale: bool) -> TResult {
             .at("WRITE")?
             .signaled()])
         .at("ib_post_send (stale WRITE)")?;
-    let d = c.wait(WR_DATA + 1, STEP_MS);
+    let d = c.wait(WR_DATA + 1, step_ms());
     match d {
         Ok(d) if d.status != WcStatus::Success => Ok(()),
         Ok(_) => {
@@ -1115,7 +1131,7 @@ pub(crate) fn solicited(c: &mut Conn, p: &Params, event: bool) -> TResult {
         Kind::SendMe,
         [64, p.seed.wrapping_add(1).into(), 1, 1, 0],
     ))?;
-    c.wait_event(STEP_MS)
+    c.wait_event(step_ms())
         .at("no CQ event for a solicited SEND")?;
     let d = c.wait_ok(WR_DATA + 1, "the second data receive failed")?;
     check_recv(&d, 64, 0)?;

@@ -15,6 +15,7 @@
 //! echo "caps addr=198.18.0.1" > ctl        # logs the device's limits ("caps ..." line)
 //! echo "bench addr=198.18.0.1 port=20886 op=write size=65536 secs=5" > ctl
 //! echo "stop" > ctl; echo "clear" > ctl
+//! echo "timeouts factor=3" > ctl          # each step may take 30 s, not 10 (slow kernels)
 //! cat /sys/kernel/debug/rsiw_ulp/result    # "ok N - ..." / "not ok N - ... # why", bench lines
 //! cat /sys/kernel/debug/rsiw_ulp/status    # servers and their counters (see server.rs)
 //! ```
@@ -240,6 +241,8 @@ struct Command<'a> {
     depth: usize,
     /// `server`: its connections share a receive queue.
     srq: bool,
+    /// `timeouts`: the factor for every step's time limit.
+    factor: u32,
 }
 
 fn parse_num<T: core::str::FromStr>(v: &str) -> Result<T> {
@@ -263,6 +266,7 @@ impl<'a> Command<'a> {
             secs: 5,
             depth: 16,
             srq: false,
+            factor: 1,
         };
         let mut ip = None;
         let mut port = 20886u16;
@@ -282,6 +286,7 @@ impl<'a> Command<'a> {
                 "secs" => c.secs = parse_num(v)?,
                 "depth" => c.depth = parse_num(v)?,
                 "srq" => c.srq = parse_num::<u8>(v)? != 0,
+                "factor" => c.factor = parse_num(v)?,
                 _ => return Err(EINVAL),
             }
         }
@@ -326,6 +331,7 @@ impl Ulp {
             }
             "bench" => self.bench(c.addr.ok_or(EINVAL)?, &c),
             "caps" => self.caps(c.addr.ok_or(EINVAL)?),
+            "timeouts" => client::set_step_factor(c.factor),
             _ => Err(EINVAL),
         }
     }

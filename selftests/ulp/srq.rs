@@ -19,8 +19,8 @@
 //!   `IB_EVENT_QP_LAST_WQE_REACHED`, up to 60 s) for a QP in error and for one in RTS.
 
 use crate::client::{
-    check_region, expect_event, fail, resolved, status_ok, take_first, ClientCm, Conn, ConnOpts,
-    Ctx, Done, Fail, Params, TResult, STEP_MS,
+    check_region, expect_event, fail, resolved, status_ok, step_ms, take_first, ClientCm, Conn,
+    ConnOpts, Ctx, Done, Fail, Params, TResult,
 };
 use crate::proto::{Kind, Msg, HELLO, MSG_LEN};
 use crate::region::Region;
@@ -296,7 +296,7 @@ impl SrqConn {
             if let Some(d) = take_first(&mut self.pending, &pred) {
                 return Ok(d);
             }
-            if ktime_ms_delta(Ktime::ktime_get(), start) > i64::from(STEP_MS) {
+            if ktime_ms_delta(Ktime::ktime_get(), start) > i64::from(step_ms()) {
                 return Err(Fail::timeout(what));
             }
             self.reap(100)?;
@@ -381,7 +381,7 @@ impl SrqConn {
     fn disconnect(&self) -> TResult {
         self.id.disconnect().at("rdma_disconnect")?;
         loop {
-            let (kind, _) = self.cm.next(STEP_MS).at("waiting for the disconnect")?;
+            let (kind, _) = self.cm.next(step_ms()).at("waiting for the disconnect")?;
             if kind == CmEventKind::Disconnected {
                 return Ok(());
             }
@@ -420,7 +420,7 @@ impl Fail {
         Fail {
             what,
             a: 0,
-            b: STEP_MS.into(),
+            b: step_ms().into(),
             err: kernel::rdma::consumer::etimedout(),
         }
     }
@@ -492,7 +492,7 @@ pub(crate) fn srq_limit(p: &Params) -> TResult {
     }
     // The next one taken leaves LIMIT - 1: the event, once.
     c.send_me(&fx, 2, len, p.seed.wrapping_add(1))?;
-    if !fx.wait_event(STEP_MS)? {
+    if !fx.wait_event(step_ms())? {
         return Err(fail(
             "no IB_EVENT_SRQ_LIMIT_REACHED when fewer than the limit remained (limit, left)",
             LIMIT.into(),
@@ -511,7 +511,7 @@ pub(crate) fn srq_limit(p: &Params) -> TResult {
         .arm_limit(LIMIT - 1)
         .at("ib_modify_srq(IB_SRQ_LIMIT)")?;
     c.send_me(&fx, 4, len, p.seed.wrapping_add(2))?;
-    if !fx.wait_event(STEP_MS)? || fx.limit_events() != 2 {
+    if !fx.wait_event(step_ms())? || fx.limit_events() != 2 {
         return Err(fail(
             "no IB_EVENT_SRQ_LIMIT_REACHED after re-arming (events, limit)",
             fx.limit_events().into(),

@@ -46,6 +46,14 @@ ulp_run() {
 	tap_result "$st" "$desc: '$cmd' exit status" "$out"
 }
 
+# ulp_insmod: load the ULP (one TAP line); on a kernel whose tests get more
+# time (VM_TIMEOUT_SCALE, e.g. KASAN's), its steps get that factor too.
+ulp_insmod() {
+	tap_check "insmod rsiw_ulp" insmod "$ULP_KO" || return
+	local f=${VM_TIMEOUT_SCALE:-1}
+	[ "$f" = 1 ] || tap_check "ULP steps may take $f times 10 s" ulp_ctl "timeouts factor=$f"
+}
+
 # ulp_setup DEV NETDEV MAC IP PORT: load the driver, make a dummy netdev with
 # IP/24 and an RDMA link DEV on it, load the ULP and start its server on
 # IP:PORT.
@@ -59,7 +67,7 @@ ulp_setup() {
 	tap_diag "$dev: max_qp ${max_qp:-unknown (no user-space provider)}"
 	[ -f "$ULP_KO" ] || tap_bail "$ULP_KO does not exist (make module)"
 	kmsg_mark
-	tap_check "insmod rsiw_ulp" insmod "$ULP_KO" || tap_bail "cannot load the ULP"
+	ulp_insmod || tap_bail "cannot load the ULP"
 	local err
 	if ! err=$(ulp_ctl "server addr=$ip port=$port"); then
 		tap_fail "start the ULP server on $ip:$port" "$err"

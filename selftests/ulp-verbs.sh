@@ -6,7 +6,8 @@
 # REG_MR with key rotation, LOCAL_INV; signaled and unsignaled) at sizes 0, 1,
 # 4095, 4096, 65537 and 4 MiB with byte-exact data and guard checks, 64 QPs at
 # once, a reject with private data, teardown with traffic in flight, STag
-# indexes not allocated in sequence (32 MRs in a row), an orderly close with
+# indexes not allocated in sequence (32 MRs in a row), the peer's FIN right
+# behind bulk data (which must still complete), an orderly close with
 # READs in flight (no reset on either side), and the MPA modes
 # (Markers, CRC off, revision 1, each RTR type). The device's limits, read
 # from its attributes (rsiw: 8 SGEs, 1 READ sink SGE, IRD/ORD 128, 32768 work
@@ -173,6 +174,10 @@ else
 fi
 ulp_run "64 QPs" "$client test=qps qps=64 size=65537 sge=2"
 ulp_run "teardown in flight" "$client test=teardown"
+# The server's FIN right behind 1 MiB of SENDs, on 32 connections: the data
+# must complete at the client before the disconnect, however far its receive
+# path was behind when the FIN arrived.
+ulp_run "the peer's FIN right behind bulk data: nothing before it is lost" "$client test=fin_after_data"
 
 # An orderly close while Read Responses still stream in: the closing side
 # drops what arrives after its QP left RTS, so the peer's FIN gets through and

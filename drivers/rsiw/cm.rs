@@ -251,6 +251,11 @@ impl Conn {
         Self::post(this, EV_TERMINATED);
     }
 
+    /// Whether any of `events` was posted and not taken yet.
+    fn posted(&self, events: u32) -> bool {
+        self.state.lock().events & events != 0
+    }
+
     /// The ULP moved the QP to SQD (`graceful`) or ERROR; the link is already detached.
     pub(crate) fn ulp_close(this: &Arc<Self>, graceful: bool) {
         Self::post(this, if graceful { EV_DISCONNECT } else { EV_ABORT });
@@ -306,7 +311,7 @@ fn step(conn: &Arc<Conn>, phase: Phase, events: u32, expired: bool) -> Phase {
         Phase::AwaitReply(a, sock, init) => await_reply(conn, a, sock, init, expired),
         Phase::AwaitRequest(p) => await_request(conn, p, events, expired),
         Phase::AwaitAnswer(p) => await_answer(conn, p, events, expired),
-        Phase::Connected(e) => connected(e, events),
+        Phase::Connected(e) => connected(conn, e, events),
         Phase::Closing(e, status) => closing(e, status, events, expired),
         Phase::Done => Phase::Done,
     }
@@ -587,7 +592,7 @@ fn finish(e: Established, status: Result) -> Phase {
 }
 
 /// An established connection: waits for either side to close.
-fn connected(e: Established, events: u32) -> Phase {
+fn connected(conn: &Arc<Conn>, e: Established, events: u32) -> Phase {
     let ev = events | state_events(&e.sock);
     let hard = ev & (EV_ABORT | EV_CLOSED) != 0;
     if ev & EV_TERMINATED != 0 && !hard {
@@ -601,6 +606,14 @@ fn connected(e: Established, events: u32) -> Phase {
         e.sock.with_locked(link::discard_inbound);
         Phase::Closing(e, Err(errno::econnaborted()))
     } else if ev & EV_PEER_FIN != 0 && !hard {
+        // What the peer sent before its FIN is queued ahead of it, and the receive work item
+        // may not have read it yet: it is placed (and completes) before the QP leaves RTS.
+        e.sock.with_locked(|sk| link::drain_inbound(&e.qp, sk));
+        if conn.posted(EV_TERMINATED | EV_ABORT) || link::terminating(&e.qp) {
+            // That data ended the connection (a Terminate, either way): that close takes
+            // over once it is posted.
+            return Phase::Connected(e);
+        }
         // The peer closes in order: tell the ULP, and close our half.
         let mut e = e;
         let _ = e.token.disconnect(Ok(()));
@@ -806,7 +819,7 @@ fn await_reply(
         Ok(token) => {
             let e = Established { qp, sock, token };
             // The peer may have closed already.
-            connected(e, 0)
+            connected(conn, e, 0)
         }
         Err(f) => {
             // No memory for the private data: the connection cannot be reported.
@@ -968,7 +981,7 @@ fn await_answer(conn: &Arc<Conn>, mut p: Passive, events: u32, expired: bool) ->
     match token.established(depth_u8(n.ird), depth_u8(n.ord)) {
         Ok(token) => {
             let e = Established { qp, sock, token };
-            connected(e, if sent.is_err() { EV_CLOSED } else { 0 })
+            connected(conn, e, if sent.is_err() { EV_CLOSED } else { 0 })
         }
         Err(f) => {
             sock.clear_callbacks();

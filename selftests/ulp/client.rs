@@ -6,7 +6,9 @@
 //! CM events ([`ClientCm`]) and CQ events ([`CqWaiter`]) with timeouts, so a dead peer makes a
 //! test fail instead of hanging.
 
-use crate::proto::{status, Kind, Msg, GUARD, HELLO, MSG_LEN, REJECTED, REJECT_ME};
+use crate::proto::{
+    status, Kind, Msg, GUARD, HELLO, MSG_LEN, REJECTED, REJECT_ME, SEND_ME_THEN_CLOSE,
+};
 use crate::region::Region;
 use crate::OWNER;
 use core::net::SocketAddr;
@@ -1340,6 +1342,48 @@ pub(crate) fn close_busy(p: &Params) -> TResult<i64> {
     c.close()?;
     Ok(kernel::time::ktime_ms_delta(Ktime::ktime_get(), start))
 }
+
+/// The server's orderly close right behind bulk data: on each of [`FIN_ROUNDS`] connections
+/// the server SENDs 1 MiB and its reply, then disconnects once both completed. Both must
+/// complete here, intact, before the disconnect: when the server's FIN arrives, the client's
+/// receive path may not have read the data queued ahead of it yet.
+pub(crate) fn fin_after_data(p: &Params) -> TResult {
+    const SIZE: usize = 1 << 20;
+    for round in 0..FIN_ROUNDS {
+        let mut c = Conn::connect(p.dst, ConnOpts::default())?;
+        let data = c.region(SIZE, 1)?;
+        let sges = data_sges(&data, 1, c.recv_sge_max())?;
+        c.qp()?
+            .post_recv(&[RecvWr::new(WR_DATA)
+                .sges(&sges)
+                .at("building the receive")?])
+            .at("ib_post_recv (data)")?;
+        c.post_ctrl_recv()?;
+        let seed = p.seed.wrapping_add(round);
+        c.send_request(Msg::new(
+            Kind::SendMe,
+            [SIZE as u64, seed.into(), SEND_ME_THEN_CLOSE, 1, 0],
+        ))?;
+        c.wait_ok(WR_CTRL_TX, "the control send failed")?;
+        let d = c.wait(WR_DATA, step_ms())?;
+        if d.status != WcStatus::Success {
+            return Err(fail(
+                "the data sent before the server's FIN did not complete (round, status)",
+                round.into(),
+                d.status_raw.into(),
+            ));
+        }
+        check_recv(&d, SIZE, 0)?;
+        check_region(&data, 0, seed, SIZE)?;
+        let r = c.reply()?;
+        status_ok(&r, "the server could not send")?;
+        expect_event(&c.cm, CmEventKind::Disconnected, "the server's disconnect")?;
+    }
+    Ok(())
+}
+
+/// Connections [`fin_after_data`] makes: the receive path is behind the FIN in some of them only.
+const FIN_ROUNDS: u32 = 32;
 
 /// A signaled WRITE of `size` bytes in `sge` SGEs (verified by the server), then an orderly
 /// close.

@@ -43,8 +43,9 @@ pub(crate) enum Kind {
     Ready = 5,
     /// Server: the result. `a` 0 ok, else an error code; `b`, `c` details.
     Status = 6,
-    /// Client: send data to me. `a` length, `b` seed, `c` flags (1 solicited, 2 inline),
-    /// `d` SGEs, `e` rkey to invalidate with `SEND_WITH_INV` (0: plain SEND).
+    /// Client: send data to me. `a` length, `b` seed, `c` flags (1 solicited, 2 inline, 4
+    /// disconnect once the data and the reply completed), `d` SGEs, `e` rkey to invalidate
+    /// with `SEND_WITH_INV` (0: plain SEND).
     SendMe = 7,
     /// Client: invalidate the target MR, rotate its key and register it again.
     Rotate = 8,
@@ -80,6 +81,9 @@ pub(crate) struct Msg {
     pub(crate) kind: Kind,
     pub(crate) args: [u64; 5],
 }
+
+/// [`Kind::SendMe`] flag: the server disconnects once its data and its reply completed.
+pub(crate) const SEND_ME_THEN_CLOSE: u64 = 4;
 
 /// Status codes in [`Kind::Status`].
 pub(crate) mod status {

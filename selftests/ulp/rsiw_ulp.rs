@@ -398,6 +398,7 @@ impl Ulp {
                 ));
             }),
             "teardown" => client::teardown(p),
+            "fin_after_data" => client::fin_after_data(p),
             "close_busy" => client::close_busy(p).map(|ms| {
                 self.log(format_args!(
                     "# close_busy: disconnected {ms} ms after rdma_disconnect\n"

@@ -28,6 +28,7 @@
 
 use crate::proto::{
     guard, status, Kind, Msg, GUARD, HELLO, HELLO_GLOBAL_RKEY, MSG_LEN, REJECTED, REJECT_ME,
+    SEND_ME_THEN_CLOSE,
 };
 use crate::region::Region;
 use crate::OWNER;
@@ -217,6 +218,8 @@ struct ConnRes {
     data: Option<Region>,
     expect: Option<Expect>,
     sends: u64,
+    /// Disconnect once `sends` reaches this ([`SEND_ME_THEN_CLOSE`]).
+    close_at_sends: Option<u64>,
     /// Replaced targets that failed their audit.
     tampered: u64,
     /// A work request completed with an error other than a flush.
@@ -497,6 +500,7 @@ fn accept(shared: &Arc<Shared>, req: ConnRequest<'_, ServerCm>, event: &CmEvent<
         data: None,
         expect: None,
         sends: 0,
+        close_at_sends: None,
         tampered: 0,
         wc_error: false,
         srq,
@@ -571,6 +575,11 @@ impl ConnRes {
             WR_SEND | WR_LOCAL => {
                 if wc.opcode() == WcOpcode::Send {
                     self.sends += 1;
+                    if self.close_at_sends == Some(self.sends) {
+                        // TCP took the data and the reply: the FIN follows them.
+                        self.close_at_sends = None;
+                        self.id.disconnect()?;
+                    }
                 }
                 Ok(())
             }
@@ -664,7 +673,13 @@ impl ConnRes {
                 self.post_ctrl_recv()?;
                 // CAST: Seeds and keys are 32-bit by protocol.
                 match self.send_data(a, b as u32, c, d, e as u32) {
-                    Ok(()) => self.reply_status(status::OK, 0, 0),
+                    Ok(()) => {
+                        self.reply_status(status::OK, 0, 0)?;
+                        if c & SEND_ME_THEN_CLOSE != 0 {
+                            self.close_at_sends = Some(self.sends.saturating_add(2));
+                        }
+                        Ok(())
+                    }
                     Err(err) => {
                         self.reply_status(status::FAILED, err.to_errno().unsigned_abs().into(), 4)
                     }

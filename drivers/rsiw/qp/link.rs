@@ -141,6 +141,21 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     super::rx::data_ready(qp, sk);
 }
 
+/// Receives what is queued on the socket of `qp`'s link now, in the caller's context (process
+/// context, socket locked): the peer's FIN arrived, and the data before it must be placed
+/// before the QP leaves RTS.
+pub(crate) fn drain_inbound(qp: &Qp<Rsiw>, sk: &LockedSock) {
+    super::rx::rx_ready(qp, sk);
+}
+
+/// Whether `qp`'s connection has a Terminate queued or sent: its close is under way.
+pub(crate) fn terminating(qp: &Qp<Rsiw>) -> bool {
+    super::lock(qp)
+        .sess
+        .as_ref()
+        .is_some_and(|s| s.term.is_some() || s.term_sent)
+}
+
 /// Drops what is queued on the socket of a link [`detach`]ed from its QP while the connection
 /// closes (process context, socket locked): the peer's FIN must not wait behind it.
 pub(crate) fn discard_inbound(sk: &LockedSock) {

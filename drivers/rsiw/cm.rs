@@ -38,7 +38,7 @@ use crate::{
     },
     qp::{
         self,
-        link::{self, Link, Role},
+        link::{self, Link, LinkOwner, Role},
     },
     stats::Counter,
 };
@@ -241,24 +241,27 @@ impl Conn {
         drop(st);
     }
 
-    /// The data path hit a fatal error.
-    pub(crate) fn abort(this: &Arc<Self>) {
-        Self::post(this, EV_ABORT);
-    }
-
-    /// The data path handed TCP a Terminate (or had one to send and could not).
-    pub(crate) fn terminated(this: &Arc<Self>) {
-        Self::post(this, EV_TERMINATED);
-    }
-
     /// Whether any of `events` was posted and not taken yet.
     fn posted(&self, events: u32) -> bool {
         self.state.lock().events & events != 0
     }
+}
 
-    /// The ULP moved the QP to SQD (`graceful`) or ERROR; the link is already detached.
-    pub(crate) fn ulp_close(this: &Arc<Self>, graceful: bool) {
-        Self::post(this, if graceful { EV_DISCONNECT } else { EV_ABORT });
+/// An endpoint as the owner of its QP's link: what the data path reports goes to the
+/// endpoint's work item as events.
+struct EndpointLink(Arc<Conn>);
+
+impl LinkOwner for EndpointLink {
+    fn terminated(&self) {
+        Conn::post(&self.0, EV_TERMINATED);
+    }
+
+    fn failed(&self) {
+        Conn::post(&self.0, EV_ABORT);
+    }
+
+    fn ulp_closed(&self, graceful: bool) {
+        Conn::post(&self.0, if graceful { EV_DISCONNECT } else { EV_ABORT });
     }
 }
 
@@ -548,7 +551,7 @@ fn establish(
         socket: sock.clone(),
         negotiated,
         role,
-        conn: conn.clone(),
+        owner: Arc::new(EndpointLink(conn.clone()), GFP_KERNEL)?,
     };
     link::attach(qp, l)?;
     crate::knobs::count(&negotiated);

@@ -31,7 +31,7 @@
 #![deny(unsafe_code)]
 
 use super::QpData;
-use crate::{cm::Conn, device::Rsiw, proto::negotiate::Negotiated};
+use crate::{device::Rsiw, proto::negotiate::Negotiated};
 use kernel::{
     ksock::{LockedSock, TcpSocket},
     prelude::*,
@@ -48,6 +48,20 @@ pub(crate) enum Role {
     Responder,
 }
 
+/// Whoever set a link up and tears it down (the connection manager): the data path and the
+/// QP's state changes report to it. Called from any context; no call may block.
+pub(crate) trait LinkOwner: Send + Sync {
+    /// TCP took the connection's Terminate, or there was one to send and it could not be
+    /// built: the connection closes once the Terminate is on the wire.
+    fn terminated(&self);
+    /// The data path hit a fatal error and sends no Terminate (it received one, or the socket
+    /// failed): the connection is aborted.
+    fn failed(&self);
+    /// The ULP moved the QP to SQD (`graceful`) or ERROR, or destroyed it; the link is
+    /// already detached.
+    fn ulp_closed(&self, graceful: bool);
+}
+
 /// An established connection, stored in the QP while it is in RTS (or closing).
 pub(crate) struct Link {
     /// The connected TCP socket.
@@ -56,8 +70,8 @@ pub(crate) struct Link {
     pub(crate) negotiated: Negotiated,
     /// Which side of the negotiation we were.
     pub(crate) role: Role,
-    /// The connection manager's endpoint, which tears the connection down.
-    pub(crate) conn: Arc<Conn>,
+    /// Who tears the connection down.
+    pub(crate) owner: Arc<dyn LinkOwner>,
 }
 
 /// Attaches `link` to `qp` and moves it to RTS.
@@ -116,8 +130,8 @@ pub(crate) fn detach(qp: &Qp<Rsiw>) -> Option<Link> {
 ///
 /// May be called from any context.
 pub(crate) fn terminated(qp: &Qp<Rsiw>) {
-    if let Some(conn) = conn_of(qp.data()) {
-        Conn::terminated(&conn);
+    if let Some(owner) = owner_of(qp.data()) {
+        owner.terminated();
     }
 }
 
@@ -126,13 +140,14 @@ pub(crate) fn terminated(qp: &Qp<Rsiw>) {
 ///
 /// May be called from any context.
 pub(crate) fn fatal(qp: &Qp<Rsiw>) {
-    if let Some(conn) = conn_of(qp.data()) {
-        Conn::abort(&conn);
+    if let Some(owner) = owner_of(qp.data()) {
+        owner.failed();
     }
 }
 
-fn conn_of(d: &QpData) -> Option<Arc<Conn>> {
-    d.inner.lock().link.as_ref().map(|l| l.conn.clone())
+/// The owner of `d`'s link, taken out of the QP lock so that it is called without it.
+fn owner_of(d: &QpData) -> Option<Arc<dyn LinkOwner>> {
+    d.inner.lock().link.as_ref().map(|l| l.owner.clone())
 }
 
 /// Data arrived on the socket of `qp`'s link (softirq context, socket locked): the receive

@@ -561,7 +561,7 @@ pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
     }
     drop(inner);
     if let Some((l, graceful)) = closed {
-        crate::cm::Conn::ulp_close(&l.conn, graceful);
+        l.owner.ulp_closed(graceful);
     }
     Ok(())
 }
@@ -637,7 +637,7 @@ pub(crate) fn query(qp: &Qp<Rsiw>) -> QpQuery {
 /// Tears down a QP about to be destroyed.
 pub(crate) fn destroy(qp: &Qp<Rsiw>) {
     if let Some(l) = link::detach(qp) {
-        crate::cm::Conn::ulp_close(&l.conn, false);
+        l.owner.ulp_closed(false);
     }
 }
 

@@ -168,7 +168,7 @@ pub(crate) fn terminating(qp: &Qp<Rsiw>) -> bool {
     super::lock(qp)
         .sess
         .as_ref()
-        .is_some_and(|s| s.term.is_some() || s.term_sent)
+        .is_some_and(super::Session::terminating)
 }
 
 /// Drops what is queued on the socket of a link [`detach`]ed from its QP while the connection

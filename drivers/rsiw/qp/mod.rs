@@ -168,6 +168,14 @@ pub(crate) struct Session {
     pub(crate) tx_rounds_sent: u64,
 }
 
+impl Session {
+    /// Whether a Terminate is queued or went out (either way): the connection is ending, and
+    /// nothing more is sent or received on it.
+    pub(crate) fn terminating(&self) -> bool {
+        self.term.is_some() || self.term_sent
+    }
+}
+
 /// A send work request that is done, waiting to complete.
 #[derive(Clone, Copy)]
 pub(crate) struct SentEntry {

@@ -292,11 +292,7 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
 
 /// Whether the connection still takes data (in RTS, no Terminate sent or received).
 fn receiving(inner: &QpInner) -> bool {
-    inner.state == QpState::Rts
-        && inner
-            .sess
-            .as_ref()
-            .is_some_and(|s| s.term.is_none() && !s.term_sent)
+    inner.state == QpState::Rts && inner.sess.as_ref().is_some_and(|s| !s.terminating())
 }
 
 /// Queues a Terminate for `f` and stops the connection. Returns `false` when no Terminate is

@@ -13,13 +13,27 @@ config_log=$KDIR.config.log
 
 # A changed config fragment (or virtme-ng version) makes a new tree. Seeded with a copy of
 # the newest tree built from the same source, it is reconfigured and rebuilt incrementally
-# (kbuild rebuilds what the changed options touch) instead of from scratch.
-if [ ! -f "$KDIR/.unpacked" ]; then
-	seed=$(find "$RSIW_CACHE" -maxdepth 1 -type d -name "linux-$KVER-*" -printf '%T@ %p\n' |
+# (kbuild rebuilds what the changed options touch) instead of from scratch. A tree of the
+# same variant (KASAN or not) is preferred: KASAN instruments every object, so a seed of the
+# other variant saves nothing.
+built_trees() { # newest first
+	find "$RSIW_CACHE" -maxdepth 1 -type d -name "linux-$KVER-*" -printf '%T@ %p\n' |
 		sort -rn | cut -d' ' -f2- |
 		while read -r d; do
-			[ -f "$d/.unpacked" ] && [ -f "$d/arch/x86/boot/bzImage" ] && { echo "$d"; break; }
-		done || true)
+			[ -f "$d/.unpacked" ] && [ -f "$d/arch/x86/boot/bzImage" ] && echo "$d"
+		done
+}
+same_variant() { # tree
+	local k=0
+	grep -qx 'CONFIG_KASAN=y' "$1/.config" 2>/dev/null && k=1
+	[ "$k" = "${KASAN:-0}" ]
+}
+if [ ! -f "$KDIR/.unpacked" ]; then
+	seed=
+	while read -r d; do
+		[ -n "$seed" ] || seed=$d
+		if same_variant "$d"; then seed=$d; break; fi
+	done < <(built_trees)
 	if [ -n "$seed" ] && [ "$seed" != "$KDIR" ]; then
 		progress "seeding $KDIR from $seed (the config changed; rebuilding incrementally)"
 		rm -rf "$KDIR.tmp"

@@ -14,7 +14,9 @@
 # all four veth ends (2 ms delay with 1 ms jitter, which reorders; 2 % loss;
 # 1 % duplication) under 4 MiB WRITE, READ and SEND: TCP repairs the stream,
 # every byte must still check, and netem must have dropped packets (else the
-# phase proved nothing). Last, deleting rnsb dismantles it: the veth pairs go,
+# phase proved nothing). Then netem off, and rsiwa's FINs dropped on nsv0 while
+# two connections close: its ends must keep retransmitting them as orphans,
+# and end once they get through. Last, deleting rnsb dismantles it: the veth pairs go,
 # and all four devices with their netdevs; no hang, no splat, no leak.
 # timeout: 900
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -134,6 +136,58 @@ for p in "nsv0 nsv1" "nsv2 nsv3"; do
 		"netem dropped packets on $ea/$eb under the transfers ($ea ${da:-?}, $eb ${db:-?})" \
 		"$(ip netns exec "$nsa" tc -s qdisc show dev "$ea")" "$(ip netns exec "$nsb" tc -s qdisc show dev "$eb")"
 done
+
+# A lost FIN must be retransmitted after the device has released the socket
+# (TCP alone then finishes the close, an orphan), as for a user socket: with
+# netem off, $deva's FINs to $devb are dropped as they arrive on nsv1 (a u32
+# filter on TCP segments from port $port with FIN set: u32's offsets count
+# from the IP header, which has no options here; at ingress, so that the
+# sender counts them as sent, as on a lossy link) while the client on $devb
+# closes two connections. $deva's ends are then orphans in LAST-ACK, each with
+# a timer armed; once the filter is gone, their FINs get through and every
+# socket on the port ends within 60 s (LISTEN and TIME-WAIT aside).
+unshape() {
+	local e ns nd
+	for e in "${ends[@]}"; do
+		read -r ns nd <<<"$e"
+		ip netns exec "$ns" tc qdisc del dev "$nd" root || return
+	done
+}
+tap_check "netem off" unshape
+fin_drop() { # add | del
+	if [ "$1" = add ]; then
+		modprobe -a sch_ingress cls_u32 act_gact 2>/dev/null
+		ip netns exec "$nsb" tc qdisc add dev nsv1 clsact &&
+			ip netns exec "$nsb" tc filter add dev nsv1 ingress protocol ip prio 1 u32 \
+				match ip protocol 6 0xff match ip sport "$port" 0xffff \
+				match u8 0x01 0x01 at 33 action drop
+	else
+		ip netns exec "$nsb" tc qdisc del dev nsv1 clsact
+	fi
+}
+# closing NS STATE...: the sockets of port $port in NS in STATEs (ss -o -e:
+# with timers and inodes; inode 0 is an orphan).
+closing() {
+	local ns=$1 st=()
+	shift
+	for s in "$@"; do st+=(state "$s"); done
+	ip netns exec "$ns" ss -tanoeH "${st[@]}" "( sport = :$port or dport = :$port )" 2>/dev/null
+}
+orphans_in_last_ack() { [ "$(closing "$nsa" last-ack | grep -c ' ino:0 ')" -ge 2 ]; }
+tap_check "drop $deva's FINs on arrival at nsv1 (tc u32, gact)" fin_drop add || tap_bail "no FIN filter"
+for t in "write size=65537 sge=1" "send size=65537 sge=1"; do
+	ULP_NETNS=$nsb ulp_run "FINs from $deva dropped, $devb to $deva: ${t%% *}" "$client test=$t"
+done
+tap_wait "$deva's ends of both connections are orphans in LAST-ACK" 20 orphans_in_last_ack ||
+	tap_diag "$(closing "$nsa" all)"
+out=$(closing "$nsa" last-ack fin-wait-1 closing)
+tap_result "$(grep -q . <<<"$out" && ! grep -qv 'timer:(' <<<"$out"; echo $?)" \
+	"each of them still retransmits its FIN: a timer is armed" "$out"
+tap_check "stop dropping FINs" fin_drop del
+left() { closing "$nsa" all; closing "$nsb" all; }
+gone_but_tw() { ! left | grep -qvE '^(LISTEN|TIME-WAIT) '; }
+tap_wait "every socket on port $port ended (LISTEN and TIME-WAIT aside)" 60 gone_but_tw ||
+	tap_diag "$(left)"
 
 tap_check "stop the ULP servers" ulp_ctl stop
 # Deleting rnsb dismantles it (nothing holds it): its veth ends go, and with

@@ -10,6 +10,7 @@
 #include <linux/rwlock.h>
 #include <linux/vmalloc.h>
 #include <net/ipv6.h>
+#include <net/net_namespace.h>
 #include <net/sock.h>
 #include <net/tcp.h>
 
@@ -162,4 +163,23 @@ void rust_helper_ksock_default_error_report(struct sock *sk)
 		wake_up_interruptible_poll(&wq->wait, EPOLLERR);
 	sk_wake_async_rcu(sk, SOCK_WAKE_IO, POLL_ERR);
 	rcu_read_unlock();
+}
+
+/*
+ * Makes a kernel socket hold a reference to its namespace, as a user socket
+ * does, unless the namespace is already being dismantled. True if it holds one
+ * now. Process context (the upgrade allocates a tracker with GFP_KERNEL),
+ * without the socket lock, by the socket's only user.
+ */
+bool rust_helper_sk_hold_netns(struct sock *sk)
+{
+	struct net *net = sock_net(sk);
+
+	if (sk->sk_net_refcnt)
+		return true;
+	if (!maybe_get_net(net))
+		return false;
+	sk_net_refcnt_upgrade(sk);
+	put_net(net);
+	return true;
 }

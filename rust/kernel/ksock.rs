@@ -5,8 +5,9 @@
 //! A safe interface to the kernel's own TCP sockets for in-kernel protocols (rsiw runs MPA, DDP
 //! and RDMAP over it). It covers what the C siw driver does with `struct socket`:
 //!
-//! - [`TcpSocket`] owns a socket created in `init_net` with `sock_create_kern` (IPv4 or IPv6) or
-//!   returned by [`TcpListener::accept`]; dropping it releases the socket. It binds, connects
+//! - [`TcpSocket`] owns a socket created in a namespace with `sock_create_kern` (IPv4 or IPv6)
+//!   or returned by [`TcpListener::accept`]; dropping it releases the socket (a connection's
+//!   socket then holds its namespace until TCP has finished closing it). It binds, connects
 //!   (blocking with a timeout, or non-blocking), sends byte slices ([`IoSlice`]) with
 //!   `kernel_sendmsg`, sends page fragments without copying them ([`PageSlice`],
 //!   `MSG_SPLICE_PAGES`), receives into a byte slice, and reports the MSS.

@@ -280,9 +280,10 @@ unsafe impl Sync for TcpSocket {}
 impl TcpSocket {
     /// Creates an unconnected TCP socket of `family` in namespace `ns` (`sock_create_kern`).
     ///
-    /// The socket does not keep `ns` from being dismantled, only its memory: whoever makes it
-    /// must close it before the namespace's TCP state goes away, for instance when the netdev
-    /// it serves leaves the namespace.
+    /// Until it is released, the socket does not keep `ns` from being dismantled, only its
+    /// memory: whoever makes it must close it before the namespace's TCP state goes away, for
+    /// instance when the netdev it serves leaves the namespace. A connection released while
+    /// `ns` lives holds `ns` until TCP has finished closing it (see `drop`).
     pub fn new(ns: &Namespace, family: Family) -> Result<Self> {
         let mut sock = core::ptr::null_mut();
         // SAFETY: `ns` is alive (type invariant of `Namespace`); `sock` is valid for writes.
@@ -644,6 +645,17 @@ impl Drop for TcpSocket {
     fn drop(&mut self) {
         // Upcalls made while the socket closes go to the original functions.
         self.clear_callbacks();
+        // `tcp_close` stops every timer of a socket that holds no namespace reference (a
+        // kernel socket's). An orphan whose FIN, or the ACK of it, is lost then never
+        // retransmits: it stays in LAST-ACK or FIN-WAIT-1 for good. A connection's socket
+        // therefore holds its namespace from here until TCP frees it, as a user socket does.
+        // A listener needs none (it resets its pending children), and a socket in a namespace
+        // being dismantled gets none (TCP ends it at once).
+        if !matches!(self.sock().state(), TcpState::Listen | TcpState::Close) {
+            // SAFETY: `sk` is valid (type invariant); we are its only user, in process context,
+            // without its lock.
+            unsafe { bindings::sk_hold_netns(self.sk()) };
+        }
         // SAFETY: We own the socket (type invariant) and nobody uses it any more.
         unsafe { bindings::sock_release(self.raw()) };
     }

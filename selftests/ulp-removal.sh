@@ -11,7 +11,8 @@
 # off and knfsd stops. Nothing of the device may stay behind (rdma res, CM
 # ids, the connections' TCP sockets), and rsiw logs the removal with nothing
 # still counted. After each removal the device is added again and a new NVMe
-# connection writes and verifies data.
+# connection writes and verifies data. Last, the test ULP's server listening
+# on the device (with a shared receive queue) and `rdma link delete`.
 # timeout: 900
 # Functions run through tap_check and wait_for look unreachable to shellcheck:
 # shellcheck disable=SC2317
@@ -20,8 +21,11 @@
 require rdma nvme fio ss mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs
 # shellcheck source=ulp-setup.sh
 . "$(dirname "$0")/ulp-setup.sh"
+# shellcheck source=ulp/ulp.sh
+. "$(dirname "$0")/ulp/ulp.sh"
+trap 'ulp_unload; ulp_cleanup; cleanup' EXIT
 
-dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:23 ip=198.18.0.1 svcid=$NVME_RDMA_PORT
+dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:23 ip=198.18.0.1 svcid=$NVME_RDMA_PORT ulp_port=20899
 nqn=nqn.2014-08.org.rsiw:selftest-removal
 # How long a removal may take, and a writer may go on after it.
 REMOVAL_MAX=${REMOVAL_MAX:-60}
@@ -327,4 +331,17 @@ again "NVMe, after the NFS case"
 tap_check "remove the port" nvmet_port_del 1 "$nqn"
 tap_check "remove the subsystem" nvmet_subsys_del "$nqn"
 tap_check "undo the setup: null_blk, nvmet, nvme and NFS modules" ulp_cleanup
+
+# The test ULP's server, listening on the device with a shared receive queue
+# (made by a first connection): on DEVICE_REMOVAL it lets go of its listener
+# and of the SRQ, so the removal does not wait for them.
+[ -f "$ULP_KO" ] || tap_bail "$ULP_KO does not exist (make module)"
+ulp_insmod || tap_bail "cannot load the ULP"
+tap_check "test ULP server (srq=1) on $ip:$ulp_port" ulp_ctl "server addr=$ip port=$ulp_port srq=1" ||
+	tap_bail "cannot start the ULP server"
+ulp_run "test ULP, one connection" "client addr=$ip port=$ulp_port test=send size=4096"
+removal "test ULP listener" link
+leftovers "test ULP listener" "$ulp_port"
+tap_check "stop the test ULP server" ulp_ctl stop
+tap_check "rmmod rsiw_ulp" ulp_unload
 tap_done

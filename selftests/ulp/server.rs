@@ -80,6 +80,10 @@ pub(crate) enum ServerCm {
 /// State shared by the listener and its connections.
 #[pin_data]
 pub(crate) struct Shared {
+    /// The listener, until the server stops or its device goes away. Taken out under the lock
+    /// and dropped after it (dropping waits for the listener's handler, which takes it).
+    #[pin]
+    listener: Mutex<Option<CmId<ServerCm>>>,
     queue: Arc<OwnedQueue>,
     #[pin]
     conns: Mutex<KVec<Arc<SConn>>>,
@@ -261,8 +265,6 @@ impl CqHandler for SConn {
 
 /// A running server.
 pub(crate) struct Server {
-    /// The listener; dropped first so that no new connection arrives during teardown.
-    listener: Option<CmId<ServerCm>>,
     shared: Arc<Shared>,
     addr: SocketAddr,
 }
@@ -272,6 +274,7 @@ impl Server {
     pub(crate) fn start(queue: &Arc<OwnedQueue>, addr: SocketAddr, srq: bool) -> Result<Server> {
         let shared = Arc::pin_init(
             pin_init!(Shared {
+                listener <- new_mutex!(None, "Shared::listener"),
                 queue: queue.clone(),
                 conns <- new_mutex!(KVec::new(), "Shared::conns"),
                 stats <- new_mutex!(Stats::default(), "Shared::stats"),
@@ -286,11 +289,8 @@ impl Server {
         let id = CmId::new(h, OWNER, &ns)?;
         id.bind(addr)?;
         id.listen(128)?;
-        Ok(Server {
-            listener: Some(id),
-            shared,
-            addr,
-        })
+        *shared.listener.lock() = Some(id);
+        Ok(Server { shared, addr })
     }
 
     /// The address listened on.
@@ -323,7 +323,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.listener = None;
+        // The listener goes first, so that no new connection arrives during teardown.
+        let listener = self.shared.listener.lock().take();
+        drop(listener);
         let conns = core::mem::take(&mut *self.shared.conns.lock());
         for c in conns.iter() {
             let res = c.res.lock().take();
@@ -334,9 +336,20 @@ impl Drop for Server {
 
 impl CmHandler for ServerCm {
     fn event(&self, _id: &CmIdRef<'_>, event: &CmEvent<'_>) {
-        let ServerCm::Conn(conn, shared) = self else {
-            // Listener events (device removal, address change): the test tears it down.
-            return;
+        let (conn, shared) = match self {
+            ServerCm::Conn(conn, shared) => (conn, shared),
+            ServerCm::Listener(shared) => {
+                if matches!(event.kind, CmEventKind::DeviceRemoval) {
+                    // The device's unregistration waits for its ids: let go of the listener
+                    // (destroyed when this handler returns) and of the shared SRQ (its
+                    // connections see the removal on their own ids).
+                    let listener = shared.listener.lock().take();
+                    drop(listener);
+                    let srq = shared.srq.lock().take();
+                    drop(srq);
+                }
+                return;
+            }
         };
         match event.kind {
             CmEventKind::Established => {}

@@ -55,8 +55,8 @@ use kernel::{
     rdma::{
         device::{Device, Driver},
         iwcm::{
-            Accepting, ConnInfo, ConnParam, ConnectInfo, Connected, Connecting, Failed, IwCm,
-            ListenId, ListenInfo, PrivateData,
+            Accepting, CmIdKey, ConnInfo, ConnParam, ConnectInfo, Connected, Connecting, Failed,
+            IwCm, ListenId, ListenInfo, PrivateData,
         },
         qp::QpRef,
     },
@@ -539,6 +539,7 @@ fn establish(
     sock: &Arc<TcpSocket>,
     negotiated: Negotiated,
     role: Role,
+    cm_id: CmIdKey,
 ) -> Result {
     let handler = Arc::new(
         QpEvents {
@@ -552,6 +553,7 @@ fn establish(
         negotiated,
         role,
         owner: Arc::new(EndpointLink(conn.clone()), GFP_KERNEL)?,
+        cm_id,
     };
     link::attach(qp, l)?;
     crate::knobs::count(&negotiated);
@@ -806,7 +808,7 @@ fn await_reply(
     let local = sock.local_addr().unwrap_or(a.info.local);
     let remote = sock.peer_addr().unwrap_or(remote);
     let Active { token, qp, .. } = a;
-    if let Err(e) = establish(conn, &qp, &sock, n, Role::Initiator) {
+    if let Err(e) = establish(conn, &qp, &sock, n, Role::Initiator, token.id().key()) {
         close(sock, false);
         let _ = token.failed(e, PrivateData::EMPTY);
         return Phase::Done;
@@ -968,7 +970,7 @@ fn await_answer(conn: &Arc<Conn>, mut p: Passive, events: u32, expired: bool) ->
             return Phase::Done;
         }
     };
-    if let Err(e) = establish(conn, &qp, &sock, n, Role::Responder) {
+    if let Err(e) = establish(conn, &qp, &sock, n, Role::Responder, token.id().key()) {
         dev.data().counters.inc(Counter::CmFailed);
         kernel::pr_info_ratelimited!(
             "{}: QP {} cannot go to RTS: {:?}\n",

@@ -29,6 +29,7 @@ use kernel::{
             self as rdma_dev, Device, DeviceAttr, DeviceInfo, DriverId, PortAttr, PortEvent,
             PortPhysState, PortState, Registry,
         },
+        iwcm::CmIdKey,
         link::{HandlerSlot, LinkHandler},
         mr::{AllMemory, KernelRange, Mr, MrKeys, MrType},
         qp::{Qp, QpInitAttr, QpModify, QpQuery, QpRef, RecvWr, SendWr},
@@ -241,6 +242,22 @@ impl rdma_dev::Driver for Rsiw {
 
     fn fill_res_qp(qp: &Qp<Self>, details: &mut ResDetails<'_>) -> Result {
         qp::fill_res(qp, details)
+    }
+
+    fn fill_res_cm_id(dev: &Device<Self>, id: CmIdKey, details: &mut ResDetails<'_>) -> Result {
+        // A connected id's details are its QP's; a listener or an id still connecting has none.
+        let qp = dev
+            .data()
+            .qps
+            .lock()
+            .by_qpn
+            .iter()
+            .find(|(_, qp)| qp.data().cm_id.load(Ordering::Relaxed) == id.as_raw())
+            .map(|(_, qp)| qp.clone());
+        match qp {
+            Some(qp) => qp::fill_res(&qp, details),
+            None => Ok(()),
+        }
     }
 
     fn post_send(qp: &Qp<Self>, wr: &SendWr<'_, Self>) -> Result {

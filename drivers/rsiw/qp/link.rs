@@ -32,10 +32,14 @@
 
 use super::QpData;
 use crate::{device::Rsiw, proto::negotiate::Negotiated};
+use core::sync::atomic::Ordering;
 use kernel::{
     ksock::{LockedSock, TcpSocket},
     prelude::*,
-    rdma::qp::{Qp, QpState},
+    rdma::{
+        iwcm::CmIdKey,
+        qp::{Qp, QpState},
+    },
     sync::Arc,
 };
 
@@ -72,6 +76,8 @@ pub(crate) struct Link {
     pub(crate) role: Role,
     /// Who tears the connection down.
     pub(crate) owner: Arc<dyn LinkOwner>,
+    /// The connection's `iw_cm` id, by which `rdma resource show cm_id -dd` finds the QP.
+    pub(crate) cm_id: CmIdKey,
 }
 
 /// Attaches `link` to `qp` and moves it to RTS.
@@ -103,6 +109,9 @@ pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
         let n = &link.negotiated;
         inner.ord = u32::from(n.ord).min(super::MAX_IRD_ORD);
         inner.ird = u32::from(n.ird).min(super::MAX_IRD_ORD);
+        qp.data()
+            .cm_id
+            .store(link.cm_id.as_raw(), Ordering::Relaxed);
         inner.link = Some(link);
         inner.sess = Some(sess);
         inner.state = QpState::Rts;
@@ -119,6 +128,9 @@ pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
 pub(crate) fn detach(qp: &Qp<Rsiw>) -> Option<Link> {
     let mut inner = super::lock(qp);
     let link = inner.link.take();
+    qp.data()
+        .cm_id
+        .store(CmIdKey::NONE.as_raw(), Ordering::Relaxed);
     super::enter_error(qp, &mut inner);
     // The transmit work drops a round TCP has not taken yet.
     super::tx::kick(qp);

@@ -46,7 +46,7 @@ use crate::{
         MAX_SGE_RD, NO_SGE,
     },
 };
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 pub(crate) mod link;
 mod rx;
@@ -318,6 +318,10 @@ pub(crate) struct QpData {
     pub(crate) counter_id: AtomicU32,
     pub(crate) counter_base: crate::stats::Counters,
     pub(crate) counted_bound: crate::stats::Counters,
+    /// The `iw_cm` id of the attached connection ([`link::Link::cm_id`], as an integer; 0 while
+    /// no connection is attached). Written under `inner` when the link comes and goes; read
+    /// without it, under the device's QP table lock, to find the QP of an id.
+    pub(crate) cm_id: AtomicUsize,
 }
 
 /// What `d`'s QP counted while bound to no QP counter: the port's own share of its counts.
@@ -451,6 +455,7 @@ pub(crate) fn create(
         counter_id: AtomicU32::new(0),
         counter_base: crate::stats::Counters::new(),
         counted_bound: crate::stats::Counters::new(),
+        cm_id: AtomicUsize::new(0),
     });
     Ok((init, response))
 }

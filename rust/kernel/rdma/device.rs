@@ -383,6 +383,17 @@ pub trait Driver: Sized + 'static {
     fn fill_res_qp(_qp: &Qp<Self>, _details: &mut ResDetails<'_>) -> Result {
         crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
     }
+
+    /// Adds the driver's details of the connection manager id `id` (the `iw_cm_id` under an
+    /// `rdma_cm_id` on `dev`) to `rdma resource show cm_id -dd` (process context). An error from
+    /// `details` (the message is full) must be passed on.
+    fn fill_res_cm_id(
+        _dev: &Device<Self>,
+        _id: super::iwcm::CmIdKey,
+        _details: &mut ResDetails<'_>,
+    ) -> Result {
+        crate::build_error!(crate::error::VTABLE_DEFAULT_ERROR)
+    }
 }
 
 /// An RDMA device of driver `T`: the core's `struct ib_device` followed by the driver's data.
@@ -806,6 +817,9 @@ impl<T: Driver> Adapter<T> {
         if T::HAS_FILL_RES_QP {
             ops.fill_res_qp_entry = Some(Self::fill_res_qp_entry);
         }
+        if T::HAS_FILL_RES_CM_ID {
+            ops.fill_res_cm_id_entry = Some(Self::fill_res_cm_id_entry);
+        }
         if T::HAS_GET_HW_STATS {
             ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats);
             ops.get_hw_stats = Some(Self::get_hw_stats);
@@ -1018,6 +1032,32 @@ impl<T: Driver> Adapter<T> {
         let qp = unsafe { &*ibqp.cast::<Qp<T>>() };
         // SAFETY: `msg` is the message the core is building for this entry.
         unsafe { super::res::fill_details(msg, |d| T::fill_res_qp(qp, d)) }
+    }
+
+    /// `ib_device_ops.fill_res_cm_id_entry`: adds the driver's details of an `rdma_cm_id` to a
+    /// netlink resource dump (`rdma resource show cm_id -dd`).
+    ///
+    /// # Safety
+    ///
+    /// `cm_id` is an `rdma_cm_id` on a device of this driver that nldev keeps alive during the
+    /// call (it holds a restrack reference, which `rdma_destroy_id` drains first); `msg` is the
+    /// netlink message the core is building, used by nothing else during the call.
+    unsafe extern "C" fn fill_res_cm_id_entry(
+        msg: *mut bindings::sk_buff,
+        cm_id: *mut bindings::rdma_cm_id,
+    ) -> crate::ffi::c_int {
+        // SAFETY: `cm_id` is alive (see above); the function only reads which `iw_cm_id` the
+        // RDMA CM made for it, if any.
+        let iw = unsafe { bindings::rdma_iw_cm_id(cm_id) };
+        if iw.is_null() {
+            return 0;
+        }
+        // SAFETY: The core calls the op of the id's own device, one of ours, which it holds
+        // during the dump.
+        let dev = unsafe { Device::<T>::from_raw((*cm_id).device) };
+        let key = super::iwcm::CmIdKey::of(iw);
+        // SAFETY: `msg` is the message the core is building for this entry.
+        unsafe { super::res::fill_details(msg, |d| T::fill_res_cm_id(dev, key, d)) }
     }
 
     /// `ib_device_ops.alloc_hw_port_stats`: allocates the `rdma_hw_stats` for a port's counters,

@@ -297,6 +297,34 @@ impl<T> core::fmt::Debug for Failed<T> {
 
 /// An `iw_cm` connection identifier (`struct iw_cm_id`) of a device served by `C`.
 ///
+/// The identity of an `iw_cm_id`: its address, compared and never dereferenced.
+///
+/// The RDMA core names a connection by its `rdma_cm_id` (`rdma resource show cm_id`); the
+/// provider knows it by the `iw_cm_id` underneath. A key is only meaningful while the provider
+/// holds the id it took the key from: an id freed later may share its address with a new one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct CmIdKey(usize);
+
+impl CmIdKey {
+    pub(super) fn of(id: *const bindings::iw_cm_id) -> Self {
+        // CAST: Only the address is kept, as an identity.
+        Self(id as usize)
+    }
+
+    /// A key that no id has (the null address).
+    pub const NONE: CmIdKey = CmIdKey(0);
+
+    /// The key as an integer, for storing it atomically; [`CmIdKey::from_raw`] turns it back.
+    pub fn as_raw(self) -> usize {
+        self.0
+    }
+
+    /// A key from [`CmIdKey::as_raw`].
+    pub fn from_raw(raw: usize) -> Self {
+        Self(raw)
+    }
+}
+
 /// Only references exist: `&CmId` for the duration of a call, or an owned [`ARef<CmId>`].
 ///
 /// # Invariants
@@ -360,6 +388,12 @@ impl<C: IwCm> CmId<C> {
 
     fn as_raw(&self) -> *mut bindings::iw_cm_id {
         self.0.get()
+    }
+
+    /// The id's identity, for finding what the provider keeps for an id the RDMA core names
+    /// (see [`CmIdKey`]).
+    pub fn key(&self) -> CmIdKey {
+        CmIdKey::of(self.as_raw())
     }
 
     /// The `provider_data` field, accessed atomically.

@@ -51,7 +51,7 @@ mbps() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.1f", (s > 0 ? n / s / 1e6 : 
 # check_rdma_mount VERS: the mount on $mnt is RPC/RDMA and the device carries
 # it: client and server QPs on $dev, and (rsiw) new connections since est0.
 check_rdma_mount() {
-	local vers=$1 xprt qps est
+	local vers=$1 xprt qps ids est
 	xprt=$(nfs_mount_xprt "$mnt")
 	tap_result "$([ "$xprt" = rdma ]; echo $?)" "NFSv$vers: mountstats shows xprt rdma" \
 		"xprt: '${xprt:-none}'" "$(grep -A3 "$mnt" /proc/self/mountstats)"
@@ -61,6 +61,8 @@ check_rdma_mount() {
 	if rsiw_is_reference; then
 		tap_skip "NFSv$vers: rsiw's established counter grew" "rsiw's own counters; not the C siw"
 		tap_skip "NFSv$vers: rdma res show qp -dd shows what each connection negotiated" \
+			"rsiw's own details; not the C siw"
+		tap_skip "NFSv$vers: rdma res show cm_id -dd shows the same for the connections' CM ids" \
 			"rsiw's own details; not the C siw"
 		return
 	fi
@@ -77,71 +79,25 @@ check_rdma_mount() {
 		grep -qE "drv_role responder$re drv_laddr $ip:$NFS_RDMA_PORT drv_raddr $ip:[0-9]+" <<<"$qps"
 		echo $?)" \
 		"NFSv$vers: rdma res show qp -dd shows what each connection negotiated" "$qps"
+	# The same details on the connections' CM ids (fill_res_cm_id_entry).
+	ids=$(timeout 20 rdma res show cm_id link "$dev/1" -dd 2>&1)
+	tap_result "$(grep -qE " state CONNECT .*drv_role initiator$re drv_laddr $ip:[0-9]+ drv_raddr $ip:$NFS_RDMA_PORT" <<<"$ids" &&
+		grep -qE " state CONNECT .*drv_role responder$re drv_laddr $ip:$NFS_RDMA_PORT drv_raddr $ip:[0-9]+" <<<"$ids"
+		echo $?)" \
+		"NFSv$vers: rdma res show cm_id -dd shows the same for the connections' CM ids" "$ids"
 }
 
 # run_fio VERS BS SIZE: write SIZE in BS blocks with direct I/O, then read it
 # back checking every block's crc32c.
 run_fio() {
-	local vers=$1 bs=$2 size=$3 out st
-	out=$(timeout 600 fio --name="nfs${vers// /-}-$bs" --filename="$mnt/fio-$bs" --rw=write --bs="$bs" \
-		--size="$size" --direct=1 --ioengine=libaio --iodepth=4 --verify=crc32c --do_verify=1 \
-		--verify_fatal=1 --verify_state_save=0 --unlink=1 2>&1)
-	st=$?
-	if fio_verified "$st" "$out"; then
-		tap_ok "NFSv$vers: fio $bs x $size write, read back, crc32c verified"
-		tap_diag "$(grep -E '^ +(READ|WRITE): ' <<<"$out" | sed -E 's/^ +//; s/, [0-9.]+[KMG]?iB\/s-.*, io=/, io=/')"
-	else
-		tap_fail "NFSv$vers: fio $bs x $size write, read back, crc32c verified" "exit status $st" \
-			"$(tail -n 30 <<<"$out")"
-	fi
+	fio_write_verify "NFSv$1: fio $2 x $3 write, read back, crc32c verified" "$mnt/fio-$2" "$2" "$3"
 }
 
 # churn VERS N: create N files (with content), rename, list, remove them (8
 # threads), and check the server's view of the export in between.
 churn() {
-	local vers=$1 n=$2 t0 out st
-	mkdir -p "$mnt/churn"
-	t0=$(date +%s.%N)
-	out=$(timeout 1200 python3 - "$mnt/churn" "$n" "$export_dir/churn" <<'EOF' 2>&1
-import os, sys, time
-from concurrent.futures import ThreadPoolExecutor
-d, n, server = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-# Several RPCs in flight at once, as a real workload has (and TCG time is dear).
-pool = ThreadPoolExecutor(8)
-def each(f):
-    for r in pool.map(f, range(n), chunksize=64):
-        pass
-def create(i):
-    fd = os.open(f"{d}/f{i}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
-    os.write(fd, b"%d\n" % i)
-    os.close(fd)
-t = [time.monotonic()]
-each(create)
-t.append(time.monotonic())
-each(lambda i: os.rename(f"{d}/f{i}", f"{d}/renamed-{i}"))
-t.append(time.monotonic())
-names = set(os.listdir(d))
-want = {f"renamed-{i}" for i in range(n)}
-if names != want:
-    sys.exit(f"client lists {len(names)} entries, {len(names ^ want)} differ from the expected")
-seen = set(os.listdir(server))
-if seen != want:
-    sys.exit(f"server has {len(seen)} entries, {len(seen ^ want)} differ from the expected")
-for i in range(0, n, max(1, n // 97)):
-    with open(f"{d}/renamed-{i}", "rb") as f:
-        if f.read() != b"%d\n" % i:
-            sys.exit(f"renamed-{i}: wrong content")
-each(lambda i: os.unlink(f"{d}/renamed-{i}"))
-t.append(time.monotonic())
-if os.listdir(d) or os.listdir(server):
-    sys.exit("files left after unlink")
-print("create %.1f s, rename %.1f s, unlink %.1f s" % (t[1] - t[0], t[2] - t[1], t[3] - t[2]))
-EOF
-	)
-	st=$?
-	tap_result "$st" "NFSv$vers: create, rename, list, unlink $n files (server sees the same)" "$out"
-	[ "$st" = 0 ] && tap_diag "$out ($(elapsed "$t0") s in all)"
-	rmdir "$mnt/churn"
+	fs_churn "NFSv$1: create, rename, list, unlink $2 files (server sees the same)" \
+		"$mnt/churn" "$2" "$export_dir/churn"
 }
 
 # big_copy VERS MB: stream MB MiB (a multiple of 16) and a little of data into

@@ -162,6 +162,41 @@ fio_verified() {
 	[ "$1" = 0 ] && grep -q 'err= 0' <<<"$2" && ! grep -qi 'verify.*fail\|bad magic\|crc32c.*wanted' <<<"$2"
 }
 
+# fio_write_verify DESC FILE BS SIZE [FIO_ARG...]: one TAP line DESC for
+# writing SIZE in BS blocks to FILE with direct I/O (queue depth 4; FIO_ARGs
+# come last, so they override), then reading it back checking every block's
+# crc32c; the throughput as diagnostics. FILE is removed.
+fio_write_verify() {
+	local desc=$1 file=$2 bs=$3 size=$4 out st
+	shift 4
+	out=$(timeout 600 fio --name="$(basename "$file")" --filename="$file" --rw=write --bs="$bs" \
+		--size="$size" --direct=1 --ioengine=libaio --iodepth=4 --verify=crc32c --do_verify=1 \
+		--verify_fatal=1 --verify_state_save=0 --unlink=1 "$@" 2>&1)
+	st=$?
+	if fio_verified "$st" "$out"; then
+		tap_ok "$desc"
+		tap_diag "$(grep -E '^ +(READ|WRITE): ' <<<"$out" | sed -E 's/^ +//; s/, [0-9.]+[KMG]?iB\/s-.*, io=/, io=/')"
+	else
+		tap_fail "$desc" "exit status $st" "$(tail -n 30 <<<"$out")"
+	fi
+}
+
+# ---------------------------------------------------------------- file churn
+
+# fs_churn DESC DIR N SERVER_DIR: one TAP line DESC for creating N files (with
+# content) in DIR, renaming, listing and removing them (8 threads), checking
+# SERVER_DIR, the server's view of DIR, in between; the phases' times as
+# diagnostics. DIR is made and removed.
+fs_churn() {
+	local desc=$1 dir=$2 n=$3 server=$4 out st
+	mkdir -p "$dir" || return
+	out=$(timeout 1200 python3 "$SELFTESTS/churn.py" "$dir" "$n" "$server" 2>&1)
+	st=$?
+	tap_result "$st" "$desc" "$out"
+	[ "$st" = 0 ] && tap_diag "$out"
+	rmdir "$dir"
+}
+
 # ---------------------------------------------------------------- NFS server
 
 # nfs_export_tmpfs DIR SIZE: a tmpfs on DIR to export; unmounted at cleanup.

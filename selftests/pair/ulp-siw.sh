@@ -158,21 +158,10 @@ show_log() {
 
 # ---------------------------------------------------------------- NFS
 
-# nfs_fio BS SIZE: write SIZE in BS blocks (direct I/O), read back checking
-# every block's crc32c.
+# nfs_fio BS SIZE: write SIZE in BS blocks (direct I/O, queue depth 8), read
+# back checking every block's crc32c.
 nfs_fio() {
-	local bs=$1 size=$2 out st desc
-	desc="$L: fio $bs x $size write, read back, crc32c verified"
-	out=$(timeout 300 fio --name="nfs-$bs" --filename="$mnt/fio-$bs" --rw=write --bs="$bs" \
-		--size="$size" --direct=1 --ioengine=libaio --iodepth=8 --verify=crc32c --do_verify=1 \
-		--verify_fatal=1 --verify_state_save=0 --unlink=1 2>&1)
-	st=$?
-	if fio_verified "$st" "$out"; then
-		tap_ok "$desc"
-		tap_diag "$(grep -E '^ +(READ|WRITE): ' <<<"$out" | sed -E 's/^ +//; s/, [0-9.]+[KMG]?iB\/s-.*, io=/, io=/')"
-	else
-		tap_fail "$desc" "exit status $st" "$(tail -n 30 <<<"$out")"
-	fi
+	fio_write_verify "$L: fio $1 x $2 write, read back, crc32c verified" "$mnt/fio-$1" "$1" "$2" --iodepth=8
 }
 
 # nfs_copy_out: stream NFS_COPY_MB MiB into $mnt/big, checksumming the

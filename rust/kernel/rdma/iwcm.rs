@@ -295,8 +295,6 @@ impl<T> core::fmt::Debug for Failed<T> {
     }
 }
 
-/// An `iw_cm` connection identifier (`struct iw_cm_id`) of a device served by `C`.
-///
 /// The identity of an `iw_cm_id`: its address, compared and never dereferenced.
 ///
 /// The RDMA core names a connection by its `rdma_cm_id` (`rdma resource show cm_id`); the
@@ -314,17 +312,14 @@ impl CmIdKey {
     /// A key that no id has (the null address).
     pub const NONE: CmIdKey = CmIdKey(0);
 
-    /// The key as an integer, for storing it atomically; [`CmIdKey::from_raw`] turns it back.
+    /// The key as an integer, for storing it atomically and comparing it with a stored one.
     pub fn as_raw(self) -> usize {
         self.0
     }
-
-    /// A key from [`CmIdKey::as_raw`].
-    pub fn from_raw(raw: usize) -> Self {
-        Self(raw)
-    }
 }
 
+/// An `iw_cm` connection identifier (`struct iw_cm_id`) of a device served by `C`.
+///
 /// Only references exist: `&CmId` for the duration of a call, or an owned [`ARef<CmId>`].
 ///
 /// # Invariants

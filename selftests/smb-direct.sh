@@ -13,8 +13,8 @@
 # SMB_CHURN_FILES (250) files created, renamed, listed and removed, the server
 # seeing the same (not in make check: there ksmbd leaked a ksmbd_inode, see
 # Documentation/rsiw/testing.rst). Then SMB_CYCLES (3; make check-full: 20)
-# mount, write and verify 1 MiB, umount cycles. At the end: no QP, MR or CM id left on the device, ksmbd stops and
-# unloads, no splat, no leak.
+# mount, write and verify 1 MiB, umount cycles. At the end: no QP, MR or CM id
+# left on the device, ksmbd stops and unloads, no splat, no leak.
 # timeout: 1200
 # Functions run through tap_check look unreachable to shellcheck:
 # shellcheck disable=SC2317

@@ -14,10 +14,11 @@
 # all four veth ends (2 ms delay with 1 ms jitter, which reorders; 2 % loss;
 # 1 % duplication) under 4 MiB WRITE, READ and SEND: TCP repairs the stream,
 # every byte must still check, and netem must have dropped packets (else the
-# phase proved nothing). Then netem off, and rsiwa's FINs dropped on nsv0 while
-# two connections close: its ends must keep retransmitting them as orphans,
-# and end once they get through. Last, deleting rnsb dismantles it: the veth pairs go,
-# and all four devices with their netdevs; no hang, no splat, no leak.
+# phase proved nothing). Then netem off, and rsiwa's FINs dropped as they
+# arrive on nsv1 while two connections close: its ends must keep
+# retransmitting them as orphans, and end once they get through. Last,
+# deleting rnsb dismantles it: the veth pairs go, and all four devices with
+# their netdevs; no hang, no splat, no leak.
 # timeout: 900
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -168,7 +169,7 @@ fin_drop() { # add | del
 # closing NS STATE...: the sockets of port $port in NS in STATEs (ss -o -e:
 # with timers and inodes; inode 0 is an orphan).
 closing() {
-	local ns=$1 st=()
+	local ns=$1 st=() s
 	shift
 	for s in "$@"; do st+=(state "$s"); done
 	ip netns exec "$ns" ss -tanoeH "${st[@]}" "( sport = :$port or dport = :$port )" 2>/dev/null

@@ -898,6 +898,10 @@ impl<T: Driver> Adapter<T> {
         while !wr.is_null() {
             // SAFETY: The consumer passes a valid chain of WRs.
             let raw = unsafe { &*wr };
+            // The next WR is read before this one is posted: once posted, it may complete (on
+            // another CPU, or at once) and the consumer's completion handler may free it, with
+            // its `next` (ksmbd frees a send's message, WR included, when it completes).
+            let next = raw.next;
             // SAFETY: `raw` is a send WR for a QP of driver `T`.
             let res = unsafe { Self::parse_send_wr(raw, dev) }.and_then(|w| T::post_send(qp, &w));
             if let Err(e) = res {
@@ -907,7 +911,7 @@ impl<T: Driver> Adapter<T> {
                 }
                 return e.to_errno();
             }
-            wr = raw.next;
+            wr = next;
         }
         0
     }
@@ -930,6 +934,8 @@ impl<T: Driver> Adapter<T> {
         while !wr.is_null() {
             // SAFETY: The consumer passes a valid chain of WRs.
             let raw = unsafe { &*wr };
+            // Read before posting, as in `post_send`: a posted WR may complete and be freed.
+            let next = raw.next;
             // SAFETY: The consumer passes `num_sge` valid SGEs.
             let res = unsafe { sges(raw.sg_list, raw.num_sge) }.and_then(|sges| {
                 let w = RecvWr {
@@ -946,7 +952,7 @@ impl<T: Driver> Adapter<T> {
                 }
                 return e.to_errno();
             }
-            wr = raw.next;
+            wr = next;
         }
         0
     }

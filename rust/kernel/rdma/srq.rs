@@ -270,6 +270,8 @@ impl<T: Driver> Adapter<T> {
         while !wr.is_null() {
             // SAFETY: The consumer passes a valid chain of WRs.
             let raw = unsafe { &*wr };
+            // Read before posting: a posted WR may complete and its consumer may free it.
+            let next = raw.next;
             // SAFETY: The consumer passes `num_sge` valid SGEs.
             let res = unsafe { sges(raw.sg_list, raw.num_sge) }.and_then(|sges| {
                 let w = RecvWr {
@@ -286,7 +288,7 @@ impl<T: Driver> Adapter<T> {
                 }
                 return e.to_errno();
             }
-            wr = raw.next;
+            wr = next;
         }
         0
     }

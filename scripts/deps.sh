@@ -9,6 +9,7 @@ apt_packages=(
 	dwarves pahole zstd xz-utils python3-venv qemu-system-x86 busybox-static iproute2
 	rdma-core ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs tshark python3-crcmod
 	nfs-kernel-server nfs-common rpcbind nvme-cli fio iperf3 ksmbd-tools cifs-utils
+	targetcli-fb dbus-daemon open-iscsi
 )
 
 # bindgen-cli compiles for ~3 min: build it while apt downloads and installs.
@@ -28,8 +29,9 @@ if ((${#missing[@]})); then
 	sudo_if_needed apt-get update -qq
 	echo "wireshark-common wireshark-common/install-setuid boolean false" | sudo_if_needed debconf-set-selections
 	DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-	# The NFS and SMB servers must not run on the host: the VM starts its own.
-	sudo_if_needed systemctl disable --now nfs-server rpcbind rpcbind.socket ksmbd >/dev/null 2>&1 || true
+	# The NFS, SMB and iSCSI daemons must not run on the host: the VM starts its own.
+	sudo_if_needed systemctl disable --now nfs-server rpcbind rpcbind.socket ksmbd \
+		iscsid iscsid.socket open-iscsi >/dev/null 2>&1 || true
 fi
 
 if [ -n "$bindgen_pid" ] && ! wait "$bindgen_pid"; then

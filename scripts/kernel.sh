@@ -83,7 +83,7 @@ fi
 "$RSIW_ROOT/scripts/siw-crc-knob.sh" "$KDIR"
 
 if [ ! -f arch/x86/boot/bzImage ]; then
-	progress "building kernel $KVER with LLVM=1 (first time: ~15 min on 2 cores)"
+	progress "building kernel $KVER with LLVM=1 (first time: ~30 min on 2 cores)"
 else
 	progress "rebuilding kernel $KVER incrementally"
 fi

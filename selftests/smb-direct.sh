@@ -29,62 +29,18 @@ SMB_BIG_MB=${SMB_BIG_MB:-16}
 SMB_CHURN_FILES=${SMB_CHURN_FILES:-0}
 SMB_CYCLES=${SMB_CYCLES:-3}
 SMB_FIO=${SMB_FIO:-4k:2m 64k:8m 1m:16m}
-share=rsiw user=root pass=rsiw-selftest
+share=rsiw
 export_dir=$TEST_TMP/export
 mnt=$TEST_TMP/mnt
-conf=$TEST_TMP/ksmbd.conf
-pwddb=$TEST_TMP/ksmbdpwd.db
 
 # elapsed START: seconds since START (a date +%s.%N), two decimals.
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
-
-# smb_server_start: ksmbd with one share, $export_dir, for $user; stopped at
-# cleanup.
-smb_server_start() {
-	cat >"$conf" <<EOF || return
-[global]
-	server min protocol = SMB3
-	server multi channel support = no
-[$share]
-	path = $export_dir
-	read only = no
-	valid users = $user
-EOF
-	ksmbd.adduser -a "$user" -p "$pass" -i "$pwddb" -c "$conf" >/dev/null || return
-	ulp_modprobe ksmbd || return
-	ksmbd.mountd -c "$conf" -u "$pwddb" || return
-	ulp_undo_add smb-server smb_server_stop
-}
-
-# smb_server_stop: stop ksmbd's user space and its kernel server, and wait
-# until the module can go.
-smb_server_stop() {
-	ksmbd.control -s >/dev/null 2>&1
-	wait_for 30 eval '! pgrep -x ksmbd.mountd >/dev/null'
-}
-
-# smb_listening: ksmbd's RDMA listener is up (a CM id on port 5445).
-smb_listening() {
-	timeout 20 rdma res show cm_id 2>/dev/null | grep -qE "^link $dev/[-0-9]+ .*state LISTEN .*src-addr [^ ]*:5445( |\$)"
-}
-
-# smb_mount: mount the share on $mnt over RDMA; unmounted at cleanup.
-smb_mount() {
-	ulp_modprobe cifs && mkdir -p "$mnt" &&
-		mount -t cifs "//$ip/$share" "$mnt" \
-			-o "rdma,vers=3.1.1,username=$user,password=$pass" || return
-	ulp_undo_add smb-mount "umount -f $(printf '%q' "$mnt")"
-}
-
-smb_umount() {
-	umount "$mnt" && ulp_undo_drop smb-mount
-}
 
 # check_rdma_mount: the mount on $mnt uses SMB Direct through $dev.
 check_rdma_mount() {
 	local dbg qps est
 	dbg=$(cat /proc/fs/cifs/DebugData 2>&1)
-	tap_result "$(grep -q 'SMBDirect (in hex) protocol version' <<<"$dbg"; echo $?)" \
+	tap_result "$(smb_direct_session; echo $?)" \
 		"cifs's DebugData shows the session on the SMBDirect transport" \
 		"$(head -n 40 <<<"$dbg")"
 	qps=$(timeout 20 rdma res show qp link "$dev/1" 2>&1)
@@ -129,12 +85,12 @@ big_copy() {
 cycle() {
 	local i=$1 blk=$TEST_TMP/cycle
 	head -c 1M /dev/urandom >"$blk"
-	smb_mount || return
+	smb_mount "$ip" "$share" "$mnt" || return
 	cp "$blk" "$mnt/cycle-$i" && sync "$mnt/cycle-$i" || return
 	cmp "$blk" "$export_dir/cycle-$i" || return
 	echo 3 >/proc/sys/vm/drop_caches
 	cmp "$blk" "$mnt/cycle-$i" && rm -f "$mnt/cycle-$i" || return
-	smb_umount
+	smb_umount "$mnt"
 }
 
 kmsg_mark
@@ -147,10 +103,10 @@ est0=$(rdma statistic show link "$dev/1" 2>&1)
 [[ $est0 =~ \ cm_established\ ([0-9]+) ]] && est0=${BASH_REMATCH[1]} || est0=0
 
 tap_check "tmpfs to share on $export_dir" ulp_mount_tmpfs "$export_dir" 512M || tap_bail "no tmpfs"
-tap_check "ksmbd serving //$ip/$share" smb_server_start || tap_bail "cannot start ksmbd"
-tap_wait "ksmbd listens for SMB Direct on port 5445 (a CM id)" 30 smb_listening ||
+tap_check "ksmbd serving //$ip/$share" smb_server_start "$export_dir" "$share" || tap_bail "cannot start ksmbd"
+tap_wait "ksmbd listens for SMB Direct on port 5445 (a CM id)" 30 smb_listening "$dev" ||
 	tap_diag "$(timeout 20 rdma res show cm_id 2>&1)" "$(dmesg | grep -i ksmbd | tail -n 20)"
-if ! tap_check "mount -t cifs -o rdma //$ip/$share" smb_mount; then
+if ! tap_check "mount -t cifs -o rdma //$ip/$share" smb_mount "$ip" "$share" "$mnt"; then
 	tap_diag "$(dmesg | grep -iE 'cifs|smb|ksmbd' | tail -n 30)"
 	tap_bail "cannot mount"
 fi
@@ -163,14 +119,9 @@ if ((SMB_CHURN_FILES > 0)); then
 	fs_churn "create, rename, list, unlink $SMB_CHURN_FILES files (the server sees the same)" \
 		"$mnt/churn" "$SMB_CHURN_FILES" "$export_dir/churn"
 fi
-tap_check "umount" smb_umount
+tap_check "umount" smb_umount "$mnt"
 
-ok=0
-for ((i = 1; i <= SMB_CYCLES; i++)); do
-	cycle "$i" && ok=$((ok + 1))
-done
-tap_result "$( ((ok == SMB_CYCLES)); echo $?)" \
-	"$SMB_CYCLES cycles of mount, 1 MiB written and read back, umount ($ok passed)"
+ulp_cycles "$SMB_CYCLES" "$SMB_CYCLES cycles of mount, 1 MiB written and read back, umount" cycle
 tap_wait "no QP, MR or CM id of a connection left on $dev" 30 \
 	eval '[ "$(ulp_res_count "$dev" qp)" = 0 ] && [ "$(ulp_res_count "$dev" mr)" = 0 ]' ||
 	tap_diag "$(ulp_res_summary "$dev")"

@@ -1,11 +1,14 @@
 # Setup and teardown of the kernel ULPs that run over an RDMA device: the NFS
 # server (knfsd on an RDMA port) and client (mount -o proto=rdma), the NVMe-oF
-# target (nvmet-rdma through configfs) and host (nvme connect -t rdma). Sourced,
-# not run (the selftest runner skips it): by selftests/nfs-rdma.sh and
-# nvmeof-rdma.sh (server and client in one VM), by qemu/guest-run.sh, and by
-# tests and benchmarks that put the server in one VM and the client in
-# another, so the two halves are separate functions, parameterized by address
-# and port. The RDMA device and its netdev are the caller's.
+# target (nvmet-rdma through configfs) and host (nvme connect -t rdma), the
+# SMB Direct server (ksmbd) and client (mount -t cifs -o rdma), the iSER
+# target (LIO's isert, through targetcli) and initiator (open-iscsi's iser
+# interface). Sourced, not run (the selftest runner skips it): by
+# selftests/nfs-rdma.sh, nvmeof-rdma.sh, smb-direct.sh and iser.sh (server
+# and client in one VM), by qemu/guest-run.sh, and by tests and benchmarks
+# that put the server in one VM and the client in another, so the two halves
+# are separate functions, parameterized by address and port. The RDMA device
+# and its netdev are the caller's.
 #
 # Every function returns non-zero with a message on stderr when it fails, and
 # prints nothing else unless it says so. What a function creates is recorded and
@@ -28,8 +31,16 @@
 #   nvmet_port_del ID NQN, nvmet_subsys_del NQN
 # both, in one VM
 #   nvme_rdma_loop NAME SIZE_MB NQN ADDR SVCID
+# server (ksmbd)                         client (cifs)
+#   smb_server_start EXPORT SHARE          smb_mount ADDR SHARE DIR, smb_umount DIR
+#   smb_server_stop, smb_listening DEV     smb_direct_session
+# target (LIO, targetcli)                initiator (open-iscsi)
+#   iser_target_create IQN SIZE_MB         iser_initiator_start, iser_initiator_stop
+#   iser_portal ADDR PORT IQN              iser_discover ADDR PORT IQN
+#   iser_portal_same_ns ADDR PORT IQN      iser_login ADDR PORT IQN, iser_logout ADDR PORT IQN
+#   iser_target_clear                      iser_disk IQN
 # either side
-#   ulp_modprobe MODULE [PARAM=VALUE]..., ulp_cleanup
+#   ulp_modprobe MODULE [PARAM=VALUE]..., ulp_cleanup, ulp_cycles N DESC CMD [ARG]...
 #   ulp_res_count DEV KIND, ulp_res_summary DEV, ulp_no_qps DEV (rdma res)
 #   ulp_rsiw_mpa KEY (rsiw's connection counters)
 #   ulp_tcp_sockets PORT (a port's TCP sockets but TIME-WAIT)
@@ -42,6 +53,10 @@ NVME_RDMA_PORT=${NVME_RDMA_PORT:-4420}
 NVME_HOSTNQN=${NVME_HOSTNQN:-nqn.2014-08.org.nvmexpress:uuid:72736977-0000-4000-8000-000000000001}
 NVME_HOSTID=${NVME_HOSTID:-72736977-0000-4000-8000-000000000001}
 NVMET_CFS=/sys/kernel/config/nvmet
+ISER_PORT=${ISER_PORT:-3260}
+ISER_INITIATOR=${ISER_INITIATOR:-iqn.2003-01.org.rsiw:selftest-initiator}
+# Where LIO's iSCSI/TCP listeners go (see iser_portal).
+ISER_TCP_NETNS=rsiw-iscsi-tcp
 NULLB_CFS=/sys/kernel/config/nullb
 
 # ---------------------------------------------------------------- undo list
@@ -100,6 +115,21 @@ ulp_modprobe() {
 	[ -d "/sys/module/${1//-/_}" ] && return 0
 	modprobe "$@" || return
 	_ulp_mods+=("$1")
+}
+
+# ulp_cycles N DESC CMD [ARG]...: run CMD [ARG]... I for I = 1..N; one TAP
+# line DESC, with how many passed, and each failed cycle's output.
+ulp_cycles() {
+	local n=$1 desc=$2 i ok=0 fails=()
+	shift 2
+	for ((i = 1; i <= n; i++)); do
+		if _run "$@" "$i"; then
+			ok=$((ok + 1))
+		else
+			fails+=("cycle $i: $OUT")
+		fi
+	done
+	tap_result "$((ok == n ? 0 : 1))" "$desc ($ok of $n passed)" "${fails[@]}"
 }
 
 # ulp_mount_tmpfs DIR SIZE: mount a tmpfs of SIZE (e.g. 3G) on DIR, creating
@@ -500,4 +530,292 @@ nvme_namespaces() {
 		[ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$1" ] || continue
 		echo "$(cat "$b/nsid" 2>/dev/null || echo 0) /dev/$(basename "$b")"
 	done | sort -n | awk '{ print $2 }'
+}
+
+# ---------------------------------------------------------------- SMB server (ksmbd)
+
+SMB_USER=root
+SMB_PASS=rsiw-selftest
+_smb_dir=
+
+# smb_server_start EXPORT SHARE: ksmbd serving the directory EXPORT as SHARE
+# to $SMB_USER (password $SMB_PASS), SMB 3 only, without multichannel; its
+# configuration and user database in a directory of its own (the root file
+# system may be read-only). ksmbd picks its RDMA port (5445 for iWARP) when an
+# RDMA device appears and listens when it starts: make the device first, and
+# wait for smb_listening. Stopped at cleanup.
+smb_server_start() {
+	local export=$1 share=$2
+	_smb_dir=$(mktemp -d /run/rsiw-ksmbd.XXXXXX) || return
+	ulp_undo_add smb-server smb_server_stop
+	cat >"$_smb_dir/ksmbd.conf" <<EOF || return
+[global]
+	server min protocol = SMB3
+	server multi channel support = no
+[$share]
+	path = $export
+	read only = no
+	valid users = $SMB_USER
+EOF
+	ksmbd.adduser -a "$SMB_USER" -p "$SMB_PASS" -i "$_smb_dir/pwd.db" -c "$_smb_dir/ksmbd.conf" \
+		>/dev/null || return
+	ulp_modprobe ksmbd || return
+	ksmbd.mountd -c "$_smb_dir/ksmbd.conf" -u "$_smb_dir/pwd.db"
+}
+
+# smb_server_stop: stop ksmbd's user space and its kernel server, and wait
+# until the module can go.
+smb_server_stop() {
+	local st=0
+	ulp_undo_drop smb-server
+	ksmbd.control -s >/dev/null 2>&1
+	wait_for 30 eval '! pgrep -x ksmbd.mountd >/dev/null' || { echo "ksmbd.mountd is still running" >&2; st=1; }
+	rm -rf "$_smb_dir"
+	_smb_dir=
+	return $st
+}
+
+# smb_listening DEV: ksmbd's RDMA listener is up on DEV (a CM id on port 5445).
+smb_listening() {
+	timeout 20 rdma res show cm_id 2>/dev/null |
+		grep -qE "^link $1/[-0-9]+ .*state LISTEN .*src-addr [^ ]*:5445( |\$)"
+}
+
+# ---------------------------------------------------------------- SMB client (cifs)
+
+# smb_mount ADDR SHARE DIR: mount //ADDR/SHARE on DIR (made) over SMB Direct,
+# SMB 3.1.1, as $SMB_USER; unmounted at cleanup.
+smb_mount() {
+	ulp_modprobe cifs && mkdir -p "$3" &&
+		mount -t cifs "//$1/$2" "$3" -o "rdma,vers=3.1.1,username=$SMB_USER,password=$SMB_PASS" ||
+		return
+	ulp_undo_add "smb:$3" "umount -f $(printf '%q' "$3")"
+}
+
+# smb_umount DIR: unmount the share on DIR.
+smb_umount() {
+	umount "$1" && ulp_undo_drop "smb:$1"
+}
+
+# smb_direct_session: cifs's DebugData shows a session on the SMBDirect
+# transport.
+smb_direct_session() {
+	grep -q 'SMBDirect (in hex) protocol version' /proc/fs/cifs/DebugData
+}
+
+# ---------------------------------------------------------------- iSER target (LIO)
+
+_iser_tcli_home=
+_iser_bus_pid=
+
+# iser_targetcli [NETNS]: run the targetcli commands on standard input, one a
+# line (from the network namespace NETNS if given), and print what targetcli
+# says. One targetcli for many commands: under TCG each start takes 5 to 10 s.
+# In this mode targetcli goes on after a failed command and exits 0, so the
+# callers check the result in configfs. Its preferences live in a private
+# directory and nothing is saved on exit. targetcli asks the system bus for
+# tcmu-runner's backstores and fails without a bus; the VM runs no D-Bus, so
+# a private bus stands in for it.
+iser_targetcli() {
+	local pre=()
+	_iser_targetcli_env || return
+	[ -z "${1:-}" ] || pre=(nsenter --net="/run/netns/$1")
+	{
+		echo "set global auto_save_on_exit=false auto_add_default_portal=false auto_cd_after_create=false"
+		cat
+	} | "${pre[@]}" env TARGETCLI_HOME="$_iser_tcli_home" \
+		DBUS_SYSTEM_BUS_ADDRESS="unix:path=$_iser_tcli_home/bus" timeout 120 targetcli 2>&1
+}
+
+# _iser_targetcli_env: targetcli's directory and private bus, made once and
+# dropped at cleanup (after what was made with them: make them first).
+_iser_targetcli_env() {
+	[ -z "$_iser_tcli_home" ] || return 0
+	_iser_tcli_home=$(mktemp -d /run/rsiw-targetcli.XXXXXX) || return
+	ulp_undo_add iser-targetcli _iser_targetcli_end
+	_iser_bus_pid=$(dbus-daemon --session --fork --print-pid \
+		--address="unix:path=$_iser_tcli_home/bus")
+}
+
+# _iser_targetcli_end: stop the private bus, drop targetcli's preferences.
+_iser_targetcli_end() {
+	[ -z "$_iser_bus_pid" ] || kill "$_iser_bus_pid" 2>/dev/null
+	rm -rf "$_iser_tcli_home"
+	_iser_bus_pid= _iser_tcli_home=
+}
+
+# iser_target_create IQN SIZE_MB: an iSCSI target IQN (LIO, through targetcli)
+# with one LUN, a SIZE_MB MiB ramdisk, open to every initiator without
+# authentication; no portal yet (iser_portal). Cleared at cleanup.
+iser_target_create() {
+	local iqn=$1 mb=$2 tpg=/iscsi/$1/tpg1 cfs=/sys/kernel/config/target/iscsi/$1/tpgt_1 out a
+	ulp_modprobe target_core_mod && ulp_modprobe iscsi_target_mod && ulp_modprobe ib_isert &&
+		_iser_targetcli_env || return
+	ulp_undo_add iser-target iser_target_clear
+	out=$(iser_targetcli <<EOF
+/backstores/ramdisk create name=rsiw_iser size=${mb}M
+/iscsi create $iqn
+$tpg/luns create /backstores/ramdisk/rsiw_iser
+$tpg set attribute authentication=0 generate_node_acls=1 demo_mode_write_protect=0 cache_dynamic_acls=1
+EOF
+	) || { echo "$out" >&2; return 1; }
+	for a in enable=1 attrib/authentication=0 attrib/generate_node_acls=1 attrib/demo_mode_write_protect=0; do
+		[ "$(cat "$cfs/${a%=*}" 2>/dev/null)" = "${a#*=}" ] || {
+			echo "iser_target_create: $cfs/${a%=*} is not ${a#*=}; targetcli said:" "$out" >&2
+			return 1
+		}
+	done
+	[ -d "$cfs/lun/lun_0" ] || { echo "iser_target_create: no LUN 0; targetcli said:" "$out" >&2; return 1; }
+}
+
+# iser_target_clear: remove every target, portal and backstore, the iSCSI
+# fabric's configfs directory (it holds iscsi_target_mod), and the namespace
+# of the iSCSI/TCP listeners.
+iser_target_clear() {
+	local st=0 out cfs=/sys/kernel/config/target
+	if [ -d $cfs/iscsi ]; then
+		out=$(echo "clearconfig confirm=True" | iser_targetcli)
+		if compgen -G "$cfs/iscsi/iqn.*" >/dev/null || compgen -G "$cfs/core/rd_mcp_*" >/dev/null; then
+			echo "iser_target_clear: targets or backstores left; targetcli said:" "$out" >&2
+			st=1
+		fi
+		rmdir $cfs/iscsi || st=1
+	fi
+	if [ -e "/run/netns/$ISER_TCP_NETNS" ]; then
+		ip netns delete "$ISER_TCP_NETNS" || st=1
+	fi
+	return $st
+}
+
+# iser_portal ADDR PORT IQN: a portal ADDR:PORT on IQN's first portal group
+# with iSER enabled. LIO opens the portal's iSCSI/TCP listener on ADDR:PORT
+# before it opens isert's; on a software iWARP device, whose listener is a TCP
+# socket too, the two would collide (see iser_portal_same_ns). So the portal
+# is made from the network namespace ISER_TCP_NETNS, where LIO opens the TCP
+# listener (in the namespace of the process that makes the portal), and iSER
+# is enabled from this one: isert listens through the RDMA core in init_net,
+# and the C siw opens its listener in the namespace of the process that
+# enables iSER (rsiw in its netdev's).
+iser_portal() {
+	local addr=$1 port=$2 iqn=$3 np out
+	np=/sys/kernel/config/target/iscsi/$iqn/tpgt_1/np/$addr:$port
+	if [ ! -e "/run/netns/$ISER_TCP_NETNS" ]; then
+		ip netns add "$ISER_TCP_NETNS" &&
+			ip netns exec "$ISER_TCP_NETNS" sysctl -qw net.ipv4.ip_nonlocal_bind=1 || return
+	fi
+	out=$(echo "/iscsi/$iqn/tpg1/portals create $addr $port" | iser_targetcli "$ISER_TCP_NETNS" &&
+		echo "/iscsi/$iqn/tpg1/portals/$addr:$port enable_iser true" | iser_targetcli) ||
+		{ echo "$out" >&2; return 1; }
+	[ "$(cat "$np/iser" 2>/dev/null)" = 1 ] || {
+		echo "iser_portal: $np/iser is not 1; targetcli said:" "$out" >&2
+		return 1
+	}
+}
+
+# iser_portal_same_ns ADDR PORT IQN: from this namespace, make a portal
+# ADDR:PORT, try to enable iSER on it, and remove it (one targetcli); print
+# what targetcli said. Status 1 when the portal is still there.
+iser_portal_same_ns() {
+	local addr=$1 port=$2 iqn=$3
+	iser_targetcli <<EOF
+/iscsi/$iqn/tpg1/portals create $addr $port
+/iscsi/$iqn/tpg1/portals/$addr:$port enable_iser true
+/iscsi/$iqn/tpg1/portals delete $addr $port
+EOF
+	[ ! -e "/sys/kernel/config/target/iscsi/$iqn/tpgt_1/np/$addr:$port" ] ||
+		{ echo "iser_portal_same_ns: the portal $addr:$port is still there" >&2; return 1; }
+}
+
+# ---------------------------------------------------------------- iSER initiator (open-iscsi)
+
+_iser_iscsid_pid=
+
+# iser_initiator_start: iscsid with this VM's own /etc/iscsi (a tmpfs: the
+# root file system may be read-only) and a fixed initiator name, and the iser
+# transport loaded. Stopped at cleanup, after logging out of every session.
+iser_initiator_start() {
+	local conf
+	ulp_modprobe ib_iser || return
+	conf=$(cat /etc/iscsi/iscsid.conf 2>/dev/null)
+	mount -t tmpfs -o size=4M,mode=0755 iscsi-etc /etc/iscsi || return
+	ulp_undo_add iser-initiator iser_initiator_stop
+	printf '%s\n' "$conf" >/etc/iscsi/iscsid.conf &&
+		echo "InitiatorName=$ISER_INITIATOR" >/etc/iscsi/initiatorname.iscsi || return
+	mkdir -p /run/lock/iscsi || return
+	# In a session of its own: when a test stopped an iscsid started in its
+	# process group, the test died of SIGTERM with it.
+	setsid iscsid -f >>/run/rsiw-iscsid.log 2>&1 &
+	_iser_iscsid_pid=$!
+	# iscsiadm exits with 20 while it cannot reach iscsid.
+	wait_for 20 eval 'iscsiadm -m session >/dev/null 2>&1; [ $? != 20 ]' || {
+		echo "iscsid does not answer:" "$(cat /run/rsiw-iscsid.log)" >&2
+		return 1
+	}
+}
+
+# iser_initiator_stop: log out of every session, stop iscsid, drop /etc/iscsi.
+iser_initiator_stop() {
+	local st=0
+	ulp_undo_drop iser-initiator
+	if iscsiadm -m session >/dev/null 2>&1; then
+		timeout 60 iscsiadm -m node --logoutall=all >/dev/null || st=1
+	fi
+	if [ -n "$_iser_iscsid_pid" ]; then
+		timeout 20 iscsiadm -k 0 >/dev/null 2>&1
+		_ulp_kill "$_iser_iscsid_pid"
+	fi
+	_iser_iscsid_pid=
+	wait_for 10 eval '! pgrep -x iscsid >/dev/null' || { echo "iscsid is still running" >&2; st=1; }
+	rm -f /run/rsiw-iscsid.log
+	if grep -q ' /etc/iscsi tmpfs ' /proc/mounts; then
+		umount /etc/iscsi || st=1
+	fi
+	return $st
+}
+
+# iser_discover ADDR PORT IQN: SendTargets discovery over iSER at ADDR:PORT
+# finds IQN (and records its node).
+iser_discover() {
+	local out
+	out=$(timeout 120 iscsiadm -m discovery -t sendtargets -p "$1:$2" -I iser 2>&1) || {
+		echo "$out" >&2
+		return 1
+	}
+	grep -qE "^$1:$2,[0-9]+ $3\$" <<<"$out" || {
+		echo "iser_discover: $3 not found at $1:$2:" "$out" >&2
+		return 1
+	}
+}
+
+# iser_login ADDR PORT IQN: log in to IQN at ADDR:PORT through the iser
+# interface (the node record is made if discovery did not).
+iser_login() {
+	local addr=$1 port=$2 iqn=$3
+	if ! iscsiadm -m node -T "$iqn" -p "$addr:$port" -I iser >/dev/null 2>&1; then
+		iscsiadm -m node -o new -T "$iqn" -p "$addr:$port" -I iser >/dev/null || return
+	fi
+	timeout 120 iscsiadm -m node -T "$iqn" -p "$addr:$port" -I iser --login >/dev/null
+}
+
+# iser_logout ADDR PORT IQN: log out of IQN's session at ADDR:PORT.
+iser_logout() {
+	timeout 120 iscsiadm -m node -T "$3" -p "$1:$2" -I iser --logout >/dev/null
+}
+
+# _iser_session_disk IQN: the disk name (sdX) SCSI attached for the session
+# to IQN, if any.
+_iser_session_disk() {
+	timeout 20 iscsiadm -m session -P 3 2>/dev/null |
+		awk -v t="$1" '/^Target: / { on = ($2 == t) } on && /Attached scsi disk/ { print $4; exit }'
+}
+
+# iser_disk IQN: the disk (/dev/sdX) of the session to IQN, once SCSI has
+# scanned it (within 30 s).
+iser_disk() {
+	local iqn=$1 d
+	wait_for 30 eval 'd=$(_iser_session_disk "$iqn") && [ -n "$d" ] && [ -b "/dev/$d" ]' || {
+		echo "iser_disk: no disk for $iqn" >&2
+		return 1
+	}
+	echo "/dev/$d"
 }

@@ -7,6 +7,10 @@
 #   nfs2: the same, siw client (b) -> rsiw server (a)
 #   nvme1: NVMe-oF RDMA, nvme-rdma host on rsiw (a) -> nvmet-rdma on siw (b)
 #   nvme2: the same, host on siw (b) -> target on rsiw (a)
+#   smb1: SMB Direct, cifs client on rsiw (a) -> ksmbd on siw (b)
+#   smb2: the same, client on siw (b) -> server on rsiw (a)
+#   iser1: iSER, open-iscsi initiator on rsiw (a) -> LIO isert on siw (b)
+#   iser2: the same, initiator on siw (b) -> target on rsiw (a)
 # NFS: mount -o vers=4.2,proto=rdma (port 20049); fio with crc32c verify at
 # 4 KiB and 1 MiB (direct I/O); a 4 MiB stream copied in, its sha256
 # compared with the server's copy and with a read back; 40 files created,
@@ -14,13 +18,21 @@
 # NVMe-oF: a subsystem with a memory-backed null_blk and a brd namespace;
 # connect, fio with crc32c verify at 4 KiB and 1 MiB on both namespaces, 2
 # connect/disconnect cycles each reading back a pattern written before them,
-# disconnect. The sizes are small because two TCG guests of one vCPU each move
-# about 1 MB/s between them; the full-size workloads (GiB copies, 10000
-# files, 50 cycles) run in one VM (nfs-rdma.sh, nvmeof-rdma.sh). Per phase both VMs check their QPs were in RTS on their own
-# device while connected, that no QP, MR or CM id is left afterwards, and no
-# kernel splat; rsiw's counters on VM a must have grown by exactly the number
-# of RDMA connections the client side made, every one with CRC (siw asks for
-# none, rsiw asks for it by default) and revision 2.
+# disconnect.
+# SMB Direct: mount -t cifs -o rdma,vers=3.1.1; fio with crc32c verify at 4
+# KiB and 1 MiB; a 4 MiB stream copied in and compared as for NFS; umount.
+# iSER: a 64 MiB ramdisk LUN (targetcli; the portal's TCP listener in another
+# namespace, see iser_portal); SendTargets discovery over iSER, login, fio
+# with crc32c verify at 4 KiB and 1 MiB, 2 login/logout cycles each reading
+# back a pattern written before them (ISER_CYCLES).
+# The sizes are small because two TCG guests of one vCPU each move about
+# 1 MB/s between them; the full-size workloads (GiB copies, 10000 files, 50
+# cycles) run in one VM (nfs-rdma.sh, nvmeof-rdma.sh, iser.sh). Per phase both
+# VMs check their QPs were in RTS on their own device while connected, that no
+# QP, MR or CM id is left afterwards, and no kernel splat; rsiw's counters on
+# VM a must have grown by exactly the number of RDMA connections the client
+# side made, every one with CRC (siw asks for none, rsiw asks for it by
+# default) and revision 2.
 # Helpers run through tap_check and the EXIT trap:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR
@@ -38,7 +50,8 @@ esac
 PAIR_WAIT=300
 # shellcheck source=pair.sh
 . "$SELFTESTS/pair/pair.sh"
-require rdma timeout fio nvme mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs python3 sha256sum
+require rdma timeout fio nvme mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs python3 sha256sum \
+	mount.cifs ksmbd.mountd ksmbd.adduser ksmbd.control targetcli dbus-daemon iscsiadm iscsid nsenter
 
 # Knobs for shorter runs while developing; the defaults are the test.
 # fio jobs, BS:SIZE on NFS, RW:BS:SIZE on each NVMe namespace.
@@ -52,11 +65,17 @@ NFS_CHURN_FILES=${NFS_CHURN_FILES:-40}
 NVME_FIO=${NVME_FIO:-randwrite:4k:512k write:1m:2m}
 NVME_CYCLES=${NVME_CYCLES:-2}
 NVME_NS_MB=64
-# The phases run (ULP_PHASES; make check-full runs all four). make check runs
+SMB_FIO=${SMB_FIO:-4k:512k 1m:2m}
+ISER_FIO=${ISER_FIO:-randwrite:4k:512k write:1m:2m}
+ISER_CYCLES=${ISER_CYCLES:-2}
+ISER_LUN_MB=64
+# The phases run (ULP_PHASES; make check-full runs all eight). make check runs
 # one of each ULP with rsiw in each role once: the rsiw NFS client and the
 # rsiw NVMe target.
 ULP_PHASES=${ULP_PHASES:-nfs1 nvme2}
 nqn_base=nqn.2014-08.org.rsiw:pair-ulp-siw
+iqn_base=iqn.2003-01.org.rsiw:pair-ulp-siw
+smb_share=rsiw
 
 declare -A MOD=([a]=rsiw [b]=siw)
 SERVING=0
@@ -82,6 +101,17 @@ mbps() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.1f", (s > 0 ? n / s / 1e6 : 
 # STEP; a peer gone away ends the test.
 post() { pair_post "$PH.$1" "${2:-}" || tap_bail "cannot post $PH.$1 to the peer"; }
 peer_wait() { pair_wait "$PH.$1" || tap_bail "$PAIR_MSG"; }
+
+# peer_up WHAT END: wait for the peer's ready; when it is not up, a failed
+# check "WHAT is up", END posted (the last step the peer waits for), and
+# status 1.
+peer_up() {
+	peer_wait ready
+	[ "$PAIR_MSG" = ok ] && return 0
+	tap_fail "$L: the $1 is up" "$PAIR_MSG"
+	post "$2"
+	return 1
+}
 
 # ---------------------------------------------------------------- RDMA resources
 
@@ -151,7 +181,7 @@ check_mpa() {
 # Driver and ULP log lines of the phase (since kmsg_mark), as diagnostics.
 show_log() {
 	local lines
-	lines=$(kmsg_since_mark | grep -E "^(rsiw|siw|$dev)[: ]|iw_cm|rdma_cm|rpcrdma|svcrdma|nvme|nvmet" | head -n 20)
+	lines=$(kmsg_since_mark | grep -E "^(rsiw|siw|$dev)[: ]|iw_cm|rdma_cm|rpcrdma|svcrdma|nvme|nvmet|ksmbd|CIFS|smbd|iser|isert" | head -n 20)
 	[ -n "$lines" ] && tap_diag "kernel log:" "$lines"
 	return 0
 }
@@ -164,10 +194,10 @@ nfs_fio() {
 	fio_write_verify "$L: fio $1 x $2 write, read back, crc32c verified" "$mnt/fio-$1" "$1" "$2" --iodepth=8
 }
 
-# nfs_copy_out: stream NFS_COPY_MB MiB into $mnt/big, checksumming the
-# stream; sets SUM_SRC and BYTES. 1 MiB of random data, repeated, each copy
+# stream_copy_out: stream NFS_COPY_MB MiB into $mnt/big (an NFS or SMB mount),
+# checksumming the stream; sets SUM_SRC and BYTES. 1 MiB of random data, repeated, each copy
 # after a distinct 16-byte header (no two copies at the same page offset).
-nfs_copy_out() {
+stream_copy_out() {
 	local blk=$TEST_TMP/block i t0 wsec chunks=$NFS_COPY_MB want
 	head -c 1M /dev/urandom >"$blk"
 	t0=$(date +%s.%N)
@@ -182,9 +212,9 @@ nfs_copy_out() {
 	tap_diag "write and sha256 in $wsec s ($(mbps "$BYTES" "$wsec") MB/s)"
 }
 
-# nfs_read_back: the client's checksum of $mnt/big read from the server
+# stream_read_back: the client's checksum of $mnt/big read from the server
 # (cache dropped) must be SUM_SRC.
-nfs_read_back() {
+stream_read_back() {
 	local t0 sum rsec
 	echo 3 >/proc/sys/vm/drop_caches
 	t0=$(date +%s.%N)
@@ -194,6 +224,21 @@ nfs_read_back() {
 		"$L: read back over RDMA, same data (sha256)" "written $SUM_SRC, read ${sum:-none}"
 	tap_diag "read and sha256 in $rsec s ($(mbps "$BYTES" "$rsec") MB/s)"
 	rm -f "$mnt/big"
+}
+
+# server_check_copy DIR: on the client's copied, DIR/big (the server's copy
+# of what stream_copy_out wrote) must have the size and sha256 the client
+# posted; posts copied.checked with the server's.
+server_check_copy() {
+	local t0 sum
+	peer_wait copied
+	t0=$(date +%s.%N)
+	sum="$(stat -c %s "$1/big") $(sha256sum "$1/big" | cut -d' ' -f1)"
+	tap_result "$([ "$sum" = "$PAIR_MSG" ]; echo $?)" \
+		"$L: the server's copy has the size and sha256 the client streamed" \
+		"client: $PAIR_MSG" "server: $sum"
+	tap_diag "server sha256 in $(elapsed "$t0") s"
+	post copied.checked "$sum"
 }
 
 # nfs_churn_client N: create N files (every tenth with its number as content:
@@ -272,12 +317,7 @@ nfs_connects() {
 nfs_client() {
 	local t0 xprt conns=
 	mnt=$TEST_TMP/mnt-$PH
-	peer_wait ready
-	if [ "$PAIR_MSG" != ok ]; then
-		tap_fail "$L: the server is up" "$PAIR_MSG"
-		post umounted
-		return
-	fi
+	peer_up server umounted || return
 	t0=$(date +%s.%N)
 	if ! tap_check "$L: mount -o vers=4.2,proto=rdma $PAIR_PEER_ADDR" \
 		nfs_mount "$PAIR_PEER_ADDR" / 4.2 "$mnt"; then
@@ -296,10 +336,10 @@ nfs_client() {
 		nfs_fio "${f%%:*}" "${f#*:}"
 	done
 
-	nfs_copy_out
+	stream_copy_out
 	post copied "$BYTES $SUM_SRC"
 	# The server checksums its copy meanwhile.
-	nfs_read_back
+	stream_read_back
 	peer_wait copied.checked
 	tap_result "$([ "$PAIR_MSG" = "$BYTES $SUM_SRC" ]; echo $?)" \
 		"$L: the server's copy has the same size and sha256 as the stream" \
@@ -319,12 +359,12 @@ nfs_client() {
 	tap_check "$L: umount" nfs_umount "$mnt"
 	check_res_zero "$L: no QP, MR or CM id left on the client's $dev" 60 qp mr cm_id
 	post umounted "$conns"
-	NFS_CONNS=$conns
+	PHASE_CONNS=$conns
 }
 
 # nfs_server: this VM serves a tmpfs export to the peer and checks its side.
 nfs_server() {
-	local exp=$TEST_TMP/export-$PH up=0 t0 sum
+	local exp=$TEST_TMP/export-$PH up=0
 	if tap_check "$L: tmpfs to export" nfs_export_tmpfs "$exp" 512M &&
 		SERVING=1 && tap_check "$L: knfsd on rdma port $NFS_RDMA_PORT" nfs_server_start "$exp"; then
 		tap_diag "$(tr '\n' ' ' </proc/fs/nfsd/portlist), versions $(cat /proc/fs/nfsd/versions)"
@@ -339,45 +379,20 @@ nfs_server() {
 	if ((up)) && [ "$PAIR_MSG" = ok ]; then
 		check_rts "$L: server connection" 1
 		post mounted.checked
-		peer_wait copied
-		t0=$(date +%s.%N)
-		sum="$(stat -c %s "$exp/big") $(sha256sum "$exp/big" | cut -d' ' -f1)"
-		tap_result "$([ "$sum" = "$PAIR_MSG" ]; echo $?)" \
-			"$L: the server's copy has the size and sha256 the client streamed" \
-			"client: $PAIR_MSG" "server: $sum"
-		tap_diag "server sha256 in $(elapsed "$t0") s"
-		post copied.checked "$sum"
+		server_check_copy "$exp"
 		peer_wait churned
 		tap_check "$L: the server's directory holds the $PAIR_MSG renamed files" \
 			nfs_churn_server "$exp/churn" "$PAIR_MSG"
 		post churned.checked
 	fi
 	peer_wait umounted
-	NFS_CONNS=$PAIR_MSG
+	PHASE_CONNS=$PAIR_MSG
 	tap_check "$L: the export is empty again" test -z "$(ls -A "$exp" 2>&1)"
 	check_res_zero "$L: the server's connection is gone from $dev" 60 qp
 	tap_check "$L: stop the NFS server" nfs_server_stop
 	tap_check "$L: unmount the export" ulp_undo "tmpfs:$exp"
 	SERVING=0
 	check_res_zero "$L: no QP, MR or CM id left on the server's $dev" 30 qp mr cm_id
-}
-
-# nfs_phase N SERVER_ROLE: one NFS pairing.
-nfs_phase() {
-	local t0 crole
-	PH=nfs$1
-	crole=$([ "$2" = a ] && echo b || echo a)
-	L="$PH, ${MOD[$crole]} client -> ${MOD[$2]} server"
-	kmsg_mark
-	mpa_save
-	t0=$(date +%s.%N)
-	NFS_CONNS=
-	if [ "$PAIR_ROLE" = "$2" ]; then nfs_server; else nfs_client; fi
-	check_mpa "$L" "$NFS_CONNS"
-	show_log
-	check_no_splat "$L: no kernel splat"
-	pair_sync "$PH.end" || tap_bail "$PAIR_MSG"
-	tap_diag "$PH took $(elapsed "$t0") s"
 }
 
 # ---------------------------------------------------------------- NVMe-oF
@@ -396,6 +411,25 @@ nvme_fio() {
 	else
 		tap_fail "$desc" "exit status $st" "$(tail -n 30 <<<"$out")"
 	fi
+}
+
+# target_serve UP WHY WHAT MIN_QPS: the target's side of a block ULP's phase
+# once set up (UP is 1 when it is; else WHY tells the peer why not): on the
+# host's connected, at least MIN_QPS QPs (WHAT) in RTS on $dev; then wait for
+# its disconnected (PHASE_CONNS: the connections it made) and for the
+# target's QPs to go.
+target_serve() {
+	if (($1)); then post ready ok; else post ready "$2"; fi
+	# The host posts connected (unless the target is not up), then
+	# disconnected in any case.
+	(($1)) && peer_wait connected
+	if (($1)) && [ "$PAIR_MSG" = ok ]; then
+		check_rts "$L: $3" "$4"
+		post connected.checked
+	fi
+	peer_wait disconnected
+	PHASE_CONNS=$PAIR_MSG
+	check_res_zero "$L: the target's QPs are gone from $dev" 60 qp
 }
 
 # nvme_ctrl: the controller (/sys/class/nvme/nvmeX) of $nqn, if connected.
@@ -457,18 +491,13 @@ nvme_host() {
 	local t0 c i job rw bs size names
 	names=(null_blk brd)
 	CONNS=0
-	peer_wait ready
-	if [ "$PAIR_MSG" != ok ]; then
-		tap_fail "$L: the target is up" "$PAIR_MSG"
-		post disconnected
-		return
-	fi
+	peer_up target disconnected || return
 	t0=$(date +%s.%N)
 	if ! tap_check "$L: nvme connect -t rdma -a $PAIR_PEER_ADDR -s $NVME_RDMA_PORT" \
 		nvme_connect "$PAIR_PEER_ADDR" "$NVME_RDMA_PORT" "$nqn"; then
 		post connected "connect failed"
 		post disconnected
-		NVME_CONNS=
+		PHASE_CONNS=
 		return
 	fi
 	tap_diag "connected in $(elapsed "$t0") s"
@@ -500,7 +529,7 @@ nvme_host() {
 	tap_diag "$NVME_CYCLES cycles in $(elapsed "$t0") s"
 	check_res_zero "$L: no QP, MR or CM id left on the host's $dev" 60 qp mr cm_id
 	post disconnected "$CONNS"
-	NVME_CONNS=$CONNS
+	PHASE_CONNS=$CONNS
 }
 
 # nvme_target: this VM offers a subsystem with two namespaces to the peer.
@@ -512,39 +541,186 @@ nvme_target() {
 		SERVING=1 && tap_check "$L: nvmet-rdma port on $PAIR_ADDR:$NVME_RDMA_PORT" \
 		nvmet_port 1 "$PAIR_ADDR" "$NVME_RDMA_PORT" "$nqn"; then
 		up=1
-		post ready ok
-	else
-		post ready "the NVMe target could not start on VM $PAIR_ROLE"
 	fi
-	# The host posts connected (unless the target is not up), then
-	# disconnected in any case.
-	((up)) && peer_wait connected
-	if ((up)) && [ "$PAIR_MSG" = ok ]; then
-		check_rts "$L: target queues" 2
-		post connected.checked
-	fi
-	peer_wait disconnected
-	NVME_CONNS=$PAIR_MSG
-	check_res_zero "$L: the target's QPs are gone from $dev" 60 qp
+	target_serve "$up" "the NVMe target could not start on VM $PAIR_ROLE" "target queues" 2
 	tap_check "$L: remove the port" nvmet_port_del 1 "$nqn"
 	tap_check "$L: remove the subsystem" nvmet_subsys_del "$nqn"
 	SERVING=0
 	check_res_zero "$L: no QP, MR or CM id left on the target's $dev" 30 qp mr cm_id
 }
 
-# nvme_phase N TARGET_ROLE: one NVMe-oF pairing.
-nvme_phase() {
-	local t0 hrole
-	PH=nvme$1
-	nqn=$nqn_base-$PH
-	hrole=$([ "$2" = a ] && echo b || echo a)
-	L="$PH, ${MOD[$hrole]} host -> ${MOD[$2]} target"
+# ---------------------------------------------------------------- SMB Direct
+
+# smb_client: this VM mounts the peer's share over SMB Direct and runs the
+# workload.
+smb_client() {
+	local t0 f
+	mnt=$TEST_TMP/mnt-$PH
+	peer_up server umounted || return
+	t0=$(date +%s.%N)
+	if ! tap_check "$L: mount -t cifs -o rdma //$PAIR_PEER_ADDR/$smb_share" \
+		smb_mount "$PAIR_PEER_ADDR" "$smb_share" "$mnt"; then
+		post mounted "mount failed"
+		post umounted
+		return
+	fi
+	tap_diag "mounted in $(elapsed "$t0") s"
+	tap_result "$(smb_direct_session; echo $?)" "$L: cifs's DebugData shows the SMBDirect transport" \
+		"$(head -n 40 /proc/fs/cifs/DebugData 2>&1)"
+	check_rts "$L: client connection" 1
+	post mounted ok
+	peer_wait mounted.checked
+
+	for f in $SMB_FIO; do
+		fio_write_verify "$L: fio ${f%%:*} x ${f#*:} write, read back, crc32c verified" \
+			"$mnt/fio-${f%%:*}" "${f%%:*}" "${f#*:}" --iodepth=8
+	done
+
+	stream_copy_out
+	post copied "$BYTES $SUM_SRC"
+	# The server checksums its copy meanwhile.
+	stream_read_back
+	peer_wait copied.checked
+	tap_result "$([ "$PAIR_MSG" = "$BYTES $SUM_SRC" ]; echo $?)" \
+		"$L: the server's copy has the same size and sha256 as the stream" \
+		"client: $BYTES $SUM_SRC" "server: $PAIR_MSG"
+
+	tap_check "$L: umount" smb_umount "$mnt"
+	check_res_zero "$L: no QP, MR or CM id left on the client's $dev" 60 qp mr cm_id
+	# One mount, one SMB Direct connection (no multichannel).
+	post umounted 1
+	PHASE_CONNS=1
+}
+
+# smb_server: this VM serves a tmpfs share to the peer with ksmbd.
+smb_server() {
+	local exp=$TEST_TMP/share-$PH up=0
+	if tap_check "$L: tmpfs to share" ulp_mount_tmpfs "$exp" 256M && SERVING=1 &&
+		tap_check "$L: ksmbd serving //$PAIR_ADDR/$smb_share" smb_server_start "$exp" "$smb_share" &&
+		tap_wait "$L: ksmbd listens for SMB Direct on port 5445 (a CM id)" 30 smb_listening "$dev"; then
+		up=1
+		post ready ok
+	else
+		post ready "the SMB server could not start on VM $PAIR_ROLE"
+	fi
+	# The client posts mounted (unless the server is not up), then, when it
+	# mounted, copied; umounted in any case.
+	((up)) && peer_wait mounted
+	if ((up)) && [ "$PAIR_MSG" = ok ]; then
+		check_rts "$L: server connection" 1
+		post mounted.checked
+		server_check_copy "$exp"
+	fi
+	peer_wait umounted
+	PHASE_CONNS=$PAIR_MSG
+	check_res_zero "$L: the server's connection is gone from $dev" 60 qp
+	tap_check "$L: stop ksmbd" ulp_undo smb-server
+	tap_check "$L: unmount the share" ulp_undo "tmpfs:$exp"
+	SERVING=0
+	check_res_zero "$L: no QP, MR or CM id left on the server's $dev" 30 qp mr cm_id
+}
+
+# ---------------------------------------------------------------- iSER
+
+# iser_pattern_write: write a random 1 MiB to the start of the disk.
+iser_pattern_write() {
+	head -c 1M /dev/urandom >"$TEST_TMP/iser-pattern" &&
+		dd if="$TEST_TMP/iser-pattern" of="$disk" bs=1M count=1 oflag=direct conv=fsync status=none
+}
+
+# iser_cycles N: N times log in, check the pattern, log out.
+iser_cycles() {
+	local i d
+	for ((i = 1; i <= $1; i++)); do
+		iser_login "$PAIR_PEER_ADDR" "$ISER_PORT" "$iqn" || { echo "cycle $i: login failed"; return 1; }
+		CONNS=$((CONNS + 1))
+		d=$(iser_disk "$iqn") || { echo "cycle $i: no disk"; return 1; }
+		dd if="$d" bs=1M count=1 iflag=direct status=none | cmp -s - "$TEST_TMP/iser-pattern" ||
+			{ echo "cycle $i: the first MiB of $d differs from what was written"; return 1; }
+		iser_logout "$PAIR_PEER_ADDR" "$ISER_PORT" "$iqn" || { echo "cycle $i: logout failed"; return 1; }
+	done
+}
+
+# iser_initiator: this VM logs in to the peer's target and runs the workload.
+# CONNS counts the RDMA connections it makes: discovery, then one a login.
+iser_initiator() {
+	local t0 s job rw bs size
+	CONNS=0
+	peer_up target disconnected || return
+	if ! tap_check "$L: open-iscsi initiator (iscsid)" iser_initiator_start; then
+		post connected "iscsid failed"
+		post disconnected
+		return
+	fi
+	tap_check "$L: SendTargets discovery over iSER at $PAIR_PEER_ADDR:$ISER_PORT finds $iqn" \
+		iser_discover "$PAIR_PEER_ADDR" "$ISER_PORT" "$iqn" && CONNS=$((CONNS + 1))
+	t0=$(date +%s.%N)
+	if ! tap_check "$L: login to $iqn over iSER" iser_login "$PAIR_PEER_ADDR" "$ISER_PORT" "$iqn"; then
+		post connected "login failed"
+		post disconnected
+		PHASE_CONNS=
+		return
+	fi
+	CONNS=$((CONNS + 1))
+	tap_diag "logged in in $(elapsed "$t0") s"
+	s=$(iscsiadm -m session 2>&1)
+	tap_result "$(grep -qE "^iser: \[[0-9]+\] $PAIR_PEER_ADDR:$ISER_PORT,[0-9]+ $iqn( |\$)" <<<"$s"; echo $?)" \
+		"$L: the session is on the iser transport" "$s"
+	check_rts "$L: initiator connection" 1
+	post connected ok
+	peer_wait connected.checked
+
+	if disk=$(iser_disk "$iqn"); then
+		for job in $ISER_FIO; do
+			IFS=: read -r rw bs size <<<"$job"
+			fio_write_verify "$L: fio $rw $bs x $size on $disk, read back, crc32c verified" "$disk" "$bs" "$size" \
+				--rw="$rw" --unlink=0 --iodepth=8
+		done
+		tap_check "$L: write a 1 MiB pattern to the disk" iser_pattern_write
+	else
+		tap_fail "$L: the LUN appears as a disk" "$(iscsiadm -m session -P 3 2>&1 | tail -n 20)"
+	fi
+	tap_check "$L: logout" iser_logout "$PAIR_PEER_ADDR" "$ISER_PORT" "$iqn"
+	t0=$(date +%s.%N)
+	tap_check "$L: $ISER_CYCLES login/logout cycles, each reading the pattern back" iser_cycles "$ISER_CYCLES"
+	tap_diag "$ISER_CYCLES cycles in $(elapsed "$t0") s"
+	tap_check "$L: stop the initiator" ulp_undo iser-initiator
+	check_res_zero "$L: no QP, MR or CM id left on the initiator's $dev" 60 qp mr cm_id
+	post disconnected "$CONNS"
+	PHASE_CONNS=$CONNS
+}
+
+# iser_target: this VM exports a ramdisk LUN to the peer over iSER.
+iser_target() {
+	local up=0
+	if tap_check "$L: LIO target: a $ISER_LUN_MB MiB ramdisk LUN (targetcli)" \
+		iser_target_create "$iqn" "$ISER_LUN_MB" && SERVING=1 &&
+		tap_check "$L: portal $PAIR_ADDR:$ISER_PORT with iSER (its TCP listener in another namespace)" \
+			iser_portal "$PAIR_ADDR" "$ISER_PORT" "$iqn"; then
+		up=1
+	fi
+	target_serve "$up" "the iSER target could not start on VM $PAIR_ROLE" "target connection" 1
+	tap_check "$L: clear the target" ulp_undo iser-target
+	SERVING=0
+	check_res_zero "$L: no QP, MR or CM id left on the target's $dev" 30 qp mr cm_id
+}
+
+# run_phase PH SERVER_ROLE CLIENT SERVER SERVER_FN CLIENT_FN: the pairing PH
+# of a ULP. VM SERVER_ROLE runs SERVER_FN, the other VM CLIENT_FN (CLIENT and
+# SERVER name the two sides in the checks); both set PHASE_CONNS to the RDMA
+# connections the client side made (empty when not known). Then rsiw's
+# counters, the kernel log, and a sync with the peer.
+run_phase() {
+	local t0 crole
+	PH=$1
+	crole=$([ "$2" = a ] && echo b || echo a)
+	L="$PH, ${MOD[$crole]} $3 -> ${MOD[$2]} $4"
 	kmsg_mark
 	mpa_save
 	t0=$(date +%s.%N)
-	NVME_CONNS=
-	if [ "$PAIR_ROLE" = "$2" ]; then nvme_target; else nvme_host; fi
-	check_mpa "$L" "$NVME_CONNS"
+	PHASE_CONNS=
+	if [ "$PAIR_ROLE" = "$2" ]; then "$5"; else "$6"; fi
+	check_mpa "$L" "$PHASE_CONNS"
 	show_log
 	check_no_splat "$L: no kernel splat"
 	pair_sync "$PH.end" || tap_bail "$PAIR_MSG"
@@ -567,18 +743,22 @@ tap_wait "the peer $PAIR_PEER_ADDR answers on the link" 10 pair_peer_reachable
 
 for ph in $ULP_PHASES; do
 	case $ph in
-	nfs1) nfs_phase 1 b ;;
-	nfs2) nfs_phase 2 a ;;
-	nvme1) nvme_phase 1 b ;;
-	nvme2) nvme_phase 2 a ;;
-	*) tap_fail "ULP_PHASES: $ph is not a phase (nfs1 nfs2 nvme1 nvme2)" ;;
+	nfs1) run_phase "$ph" b client server nfs_server nfs_client ;;
+	nfs2) run_phase "$ph" a client server nfs_server nfs_client ;;
+	nvme1) nqn=$nqn_base-$ph; run_phase "$ph" b host target nvme_target nvme_host ;;
+	nvme2) nqn=$nqn_base-$ph; run_phase "$ph" a host target nvme_target nvme_host ;;
+	smb1) run_phase "$ph" b client server smb_server smb_client ;;
+	smb2) run_phase "$ph" a client server smb_server smb_client ;;
+	iser1) iqn=$iqn_base-$ph; run_phase "$ph" b initiator target iser_target iser_initiator ;;
+	iser2) iqn=$iqn_base-$ph; run_phase "$ph" a initiator target iser_target iser_initiator ;;
+	*) tap_fail "ULP_PHASES: $ph is not a phase (nfs1 nfs2 nvme1 nvme2 smb1 smb2 iser1 iser2)" ;;
 	esac
 done
 
 # Both halves stay up until both are done.
 pair_sync finish || tap_fail "the peer finished" "$PAIR_MSG"
 kmsg_mark
-tap_check "undo the setup: NFS, nvmet, nvme, null_blk and brd modules" ulp_cleanup
+tap_check "undo the setup: NFS, nvmet, nvme, null_blk, brd, SMB, LIO and iSCSI modules" ulp_cleanup
 check_no_splat "teardown: no kernel splat"
 tap_diag "VM $PAIR_ROLE's half took $(elapsed "$t_start") s"
 tap_done

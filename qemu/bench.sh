@@ -2,8 +2,9 @@
 # make bench: a benchmark, not a test. One VM boot runs the same workloads on
 # the C siw and on rsiw (with and without CRC), one after the other per
 # workload: the test ULP's bandwidth mode (Write, Read, Send at 4 KiB, 64 KiB,
-# 1 MiB), perftest over rdma_cm from user space, fio over NFSv4.2/RDMA and over NVMe-oF/RDMA (sequential write and
-# read at 1 MiB, random read at 4 KiB), and iperf3 over the same netdev as the
+# 1 MiB), perftest over rdma_cm from user space, fio over NFSv4.2/RDMA,
+# NVMe-oF/RDMA, SMB Direct and iSER (sequential write and read at 1 MiB,
+# random read at 4 KiB), and iperf3 over the same netdev as the
 # TCP ceiling (qemu/guest-bench.sh). Prints a table with the ratios rsiw/siw and
 # rsiw/TCP and writes results.csv, results.json and results.png into
 # results/bench-<time>/ (git ignores results/), with the kernel, the CPU models

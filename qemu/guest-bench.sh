@@ -15,7 +15,7 @@
 # (rounds over all drivers, alternating them, default 3; the report gives each
 # ratio's median and range over the rounds),
 # BENCH_ONLY (a regular expression on workload names: ulp-*, perf-*, nfs-*,
-# nvme-*, iperf3), BENCH_DRIVERS (default "siw rsiw siw-nocrc rsiw-nocrc").
+# nvme-*, smb-*, iser-*, iperf3), BENCH_DRIVERS (default "siw rsiw siw-nocrc rsiw-nocrc").
 # shellcheck source-path=SCRIPTDIR
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -82,8 +82,9 @@ work_record() {
 }
 wanted() { [[ $1 =~ $ONLY ]]; }
 WORKLOADS=(ulp-write ulp-read ulp-send ulp-ping perf-write perf-read perf-send perf-lat
-	nfs-seqwrite nfs-seqread nfs-randread nvme-seqwrite nvme-seqread nvme-randread iperf3)
-# family_wanted ulp|nfs|nvme: some workload of the family is wanted.
+	nfs-seqwrite nfs-seqread nfs-randread nvme-seqwrite nvme-seqread nvme-randread
+	smb-seqwrite smb-seqread smb-randread iser-seqwrite iser-seqread iser-randread iperf3)
+# family_wanted ulp|perf|nfs|nvme|smb|iser: some workload of the family is wanted.
 family_wanted() {
 	local w
 	for w in "${WORKLOADS[@]}"; do
@@ -299,6 +300,36 @@ nvme_bench() { # DRIVER
 	nvmet_port_del 1 "$nqn"
 }
 
+# ------------------------------------------------------------ SMB Direct
+
+smb_bench() { # DRIVER
+	local mnt=/tmp/bench-smb
+	smb_server_start /srv/bench-smb bench || return
+	ulp_wait 30 smb_listening "$LINK" || { say "ksmbd does not listen on $LINK"; ulp_undo smb-server; return 1; }
+	smb_mount "$IP" bench "$mnt" || { ulp_undo smb-server; return 1; }
+	dd if=/dev/zero of="$mnt/f" bs=1M count=256 oflag=direct status=none
+	fio_patterns smb "$1" --filename="$mnt/f" --size=256M
+	rm -f "$mnt/f"
+	smb_umount "$mnt"
+	ulp_undo smb-server
+}
+
+# ------------------------------------------------------------ iSER
+
+# A target per driver: isert's listener goes with the device it listened on.
+iser_bench() { # DRIVER
+	local iqn=iqn.2026-11.io.rsiw:bench disk st=0
+	if iser_target_create "$iqn" 256 && iser_portal "$IP" "$ISER_PORT" "$iqn" &&
+		iser_initiator_start && iser_login "$IP" "$ISER_PORT" "$iqn" && disk=$(iser_disk "$iqn"); then
+		fio_patterns iser "$1" --filename="$disk" --size=256M
+	else
+		st=1
+	fi
+	ulp_undo iser-initiator
+	ulp_undo iser-target
+	return $st
+}
+
 # ------------------------------------------------------------ main
 
 if family_wanted nfs; then
@@ -307,11 +338,14 @@ fi
 if family_wanted nvme; then
 	nvmet_null_blk bench0 1024 && nvmet_subsys nqn.2026-11.io.rsiw:bench /dev/bench0 || exit 1
 fi
+if family_wanted smb; then
+	ulp_mount_tmpfs /srv/bench-smb 400M || exit 1
+fi
 
 # Rounds alternate the drivers, every other round in reverse order, so that a
 # drift of the host's speed during the run hits each driver alike; the report
 # takes each ratio round by round.
-for w in ulp perf nfs nvme; do
+for w in ulp perf nfs nvme smb iser; do
 	family_wanted "$w" || continue
 	for ((round = 0; round < ROUNDS; round++)); do
 		ROUND=$((round + 1))

@@ -172,39 +172,53 @@ leftovers() {
 	fi
 }
 
-# nvme_case WHAT HOW: connect, fio writing, remove the device (see removal)
-# under it, and check that host and target let go.
-nvme_case() {
-	local what=$1 how=$2 b base st out qps
-	tap_check "$what: nvmet-rdma port on $ip:$svcid" serve || return
-	tap_check "$what: nvme connect -t rdma -a $ip -s $svcid" nvme_connect "$ip" "$svcid" "$nqn" || return
-	b=$(nvme_namespaces "$nqn" | head -n 1)
-	b=${b#/dev/}
-	base=$(writes "$b")
-	start_fio "/dev/$b" --iodepth=16
-	if ! tap_wait "$what: fio randwrite 64k, iodepth 16 on /dev/$b: writes complete, I/O in flight" \
-		60 block_flowing "$b" "${base:-0}"; then
-		tap_diag "$(cat "$TEST_TMP/fio")"
-		stop_fio
-		return 1
-	fi
-	qps=$(timeout 20 rdma res show qp link "$dev/1" 2>&1)
-	tap_result "$([ "$(grep -c " state RTS " <<<"$qps")" -ge 4 ]; echo $?)" \
-		"$what: host and target QPs in RTS on $dev" "$qps"
-	tap_diag "before the removal: $(($(writes "$b") - base)) writes done, $(tr -s ' ' <"/sys/block/$b/inflight") (reads, writes) in flight"
-	removal "$what" "$how"
+# block_writer WHAT BDEV BASE: fio writing BDEV in 64 KiB blocks at queue
+# depth 16 in the background (fio_pid), once BDEV completed 32 writes more
+# than BASE with I/O in flight; else fio stopped and status 1.
+block_writer() {
+	start_fio "/dev/$2" --iodepth=16
+	tap_wait "$1: fio randwrite 64k, iodepth 16 on /dev/$2: writes complete, I/O in flight" \
+		60 block_flowing "$2" "${3:-0}" && return 0
+	tap_diag "$(cat "$TEST_TMP/fio")"
+	stop_fio
+	return 1
+}
+
+# block_writer_fails WHAT: after the removal, the block writer ends with an
+# I/O error within WRITER_MAX s (else it is killed).
+block_writer_fails() {
+	local st out
 	if wait_for "$WRITER_MAX" ended "$fio_pid"; then
 		wait "$fio_pid"
 		st=$?
 		out=$(cat "$TEST_TMP/fio")
 		tap_result "$([ "$st" != 0 ] && grep -qiE 'error' <<<"$out"; echo $?)" \
-			"$what: fio ends with an I/O error" "exit status $st" "$(tail -n 20 <<<"$out")"
+			"$1: fio ends with an I/O error" "exit status $st" "$(tail -n 20 <<<"$out")"
 		tap_diag "$(grep -iE 'error' <<<"$out" | head -n 3)"
+		fio_pid=
 	else
-		tap_fail "$what: fio ends with an I/O error" "fio still runs $WRITER_MAX s after the removal" \
+		tap_fail "$1: fio ends with an I/O error" "fio still runs $WRITER_MAX s after the removal" \
 			"$(ps -o pid,stat,wchan:32,cmd -p "$fio_pid")"
 		stop_fio
 	fi
+}
+
+# nvme_case WHAT HOW: connect, fio writing, remove the device (see removal)
+# under it, and check that host and target let go.
+nvme_case() {
+	local what=$1 how=$2 b base qps
+	tap_check "$what: nvmet-rdma port on $ip:$svcid" serve || return
+	tap_check "$what: nvme connect -t rdma -a $ip -s $svcid" nvme_connect "$ip" "$svcid" "$nqn" || return
+	b=$(nvme_namespaces "$nqn" | head -n 1)
+	b=${b#/dev/}
+	base=$(writes "$b")
+	block_writer "$what" "$b" "$base" || return
+	qps=$(timeout 20 rdma res show qp link "$dev/1" 2>&1)
+	tap_result "$([ "$(grep -c " state RTS " <<<"$qps")" -ge 4 ]; echo $?)" \
+		"$what: host and target QPs in RTS on $dev" "$qps"
+	tap_diag "before the removal: $(($(writes "$b") - base)) writes done, $(tr -s ' ' <"/sys/block/$b/inflight") (reads, writes) in flight"
+	removal "$what" "$how"
+	block_writer_fails "$what"
 	tap_wait "$what: nvme-rdma deleted its controller of $nqn" 30 no_ctrl
 	tap_match "$what: nvme-rdma logged the controller's removal" "Removing ctrl: NQN \"$nqn\"" \
 		"$(kmsg_since_mark)"
@@ -326,7 +340,7 @@ iser_node_fail_fast() {
 # writing to the disk; rdma link delete. The session's replacement timeout is
 # cut to 5 s (120 s by default), after which SCSI fails the I/O.
 iser_case() {
-	local what=$1 b base st out
+	local what=$1 b base
 	tap_check "$what: LIO target, 64 MiB ramdisk LUN" iser_target_create "$iqn" 64 || return
 	tap_check "$what: portal $ip:$ISER_PORT with iSER" iser_portal "$ip" "$ISER_PORT" "$iqn" || return
 	tap_check "$what: open-iscsi initiator (iscsid)" iser_initiator_start || return
@@ -335,26 +349,9 @@ iser_case() {
 	b=$(iser_disk "$iqn") || { tap_fail "$what: the LUN appears as a disk"; return 1; }
 	b=${b#/dev/}
 	base=$(writes "$b")
-	start_fio "/dev/$b" --iodepth=16
-	if ! tap_wait "$what: fio randwrite 64k, iodepth 16 on /dev/$b: writes complete, I/O in flight" \
-		60 block_flowing "$b" "${base:-0}"; then
-		tap_diag "$(cat "$TEST_TMP/fio")"
-		stop_fio
-		return 1
-	fi
+	block_writer "$what" "$b" "$base" || return
 	removal "$what" link
-	if wait_for "$WRITER_MAX" ended "$fio_pid"; then
-		wait "$fio_pid"
-		st=$?
-		out=$(cat "$TEST_TMP/fio")
-		tap_result "$([ "$st" != 0 ] && grep -qiE 'error' <<<"$out"; echo $?)" \
-			"$what: fio ends with an I/O error" "exit status $st" "$(tail -n 20 <<<"$out")"
-	else
-		tap_fail "$what: fio ends with an I/O error" "fio still runs $WRITER_MAX s after the removal" \
-			"$(ps -o pid,stat,wchan:32,cmd -p "$fio_pid")"
-		stop_fio
-	fi
-	fio_pid=
+	block_writer_fails "$what"
 	tap_check "$what: log out, stop iscsid" ulp_undo iser-initiator
 	tap_check "$what: clear the target" ulp_undo iser-target
 	leftovers "$what" "$ISER_PORT"

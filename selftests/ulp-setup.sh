@@ -40,7 +40,8 @@
 #   iser_portal_same_ns ADDR PORT IQN      iser_login ADDR PORT IQN, iser_logout ADDR PORT IQN
 #   iser_target_clear                      iser_disk IQN
 # either side
-#   ulp_modprobe MODULE [PARAM=VALUE]..., ulp_cleanup, ulp_cycles N DESC CMD [ARG]...
+#   ulp_modprobe MODULE [PARAM=VALUE]..., ulp_cleanup, ulp_wait SECONDS CMD [ARG]...
+#   ulp_cycles N DESC CMD [ARG]... (TAP: lib.sh's callers only)
 #   ulp_res_count DEV KIND, ulp_res_summary DEV, ulp_no_qps DEV (rdma res)
 #   ulp_rsiw_mpa KEY (rsiw's connection counters)
 #   ulp_tcp_sockets PORT (a port's TCP sockets but TIME-WAIT)
@@ -117,6 +118,17 @@ ulp_modprobe() {
 	_ulp_mods+=("$1")
 }
 
+# ulp_wait SECONDS CMD [ARG]...: run CMD every 0.1 s until it succeeds, for at
+# most SECONDS (whole seconds). For callers without lib.sh's wait_for.
+ulp_wait() {
+	local end=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		((SECONDS < end)) || return 1
+		sleep 0.1
+	done
+}
+
 # ulp_cycles N DESC CMD [ARG]...: run CMD [ARG]... I for I = 1..N; one TAP
 # line DESC, with how many passed, and each failed cycle's output.
 ulp_cycles() {
@@ -153,7 +165,7 @@ ulp_res_summary() {
 	timeout 20 rdma res show 2>/dev/null | awk -v d="$1:" '$2 == d { $1 = $2 = ""; sub(/^ +/, ""); print }'
 }
 
-# ulp_no_qps DEV: whether DEV has no QPs (for wait_for after a teardown).
+# ulp_no_qps DEV: whether DEV has no QPs (for waiting after a teardown).
 ulp_no_qps() {
 	[ "$(ulp_res_count "$1" qp)" = 0 ]
 }
@@ -569,7 +581,7 @@ smb_server_stop() {
 	local st=0
 	ulp_undo_drop smb-server
 	ksmbd.control -s >/dev/null 2>&1
-	wait_for 30 eval '! pgrep -x ksmbd.mountd >/dev/null' || { echo "ksmbd.mountd is still running" >&2; st=1; }
+	ulp_wait 30 eval '! pgrep -x ksmbd.mountd >/dev/null' || { echo "ksmbd.mountd is still running" >&2; st=1; }
 	rm -rf "$_smb_dir"
 	_smb_dir=
 	return $st
@@ -747,7 +759,7 @@ iser_initiator_start() {
 	setsid iscsid -f >>/run/rsiw-iscsid.log 2>&1 &
 	_iser_iscsid_pid=$!
 	# iscsiadm exits with 20 while it cannot reach iscsid.
-	wait_for 20 eval 'iscsiadm -m session >/dev/null 2>&1; [ $? != 20 ]' || {
+	ulp_wait 20 eval 'iscsiadm -m session >/dev/null 2>&1; [ $? != 20 ]' || {
 		echo "iscsid does not answer:" "$(cat /run/rsiw-iscsid.log)" >&2
 		return 1
 	}
@@ -765,7 +777,7 @@ iser_initiator_stop() {
 		_ulp_kill "$_iser_iscsid_pid"
 	fi
 	_iser_iscsid_pid=
-	wait_for 10 eval '! pgrep -x iscsid >/dev/null' || { echo "iscsid is still running" >&2; st=1; }
+	ulp_wait 10 eval '! pgrep -x iscsid >/dev/null' || { echo "iscsid is still running" >&2; st=1; }
 	rm -f /run/rsiw-iscsid.log
 	if grep -q ' /etc/iscsi tmpfs ' /proc/mounts; then
 		umount /etc/iscsi || st=1
@@ -813,7 +825,7 @@ _iser_session_disk() {
 # scanned it (within 30 s).
 iser_disk() {
 	local iqn=$1 d
-	wait_for 30 eval 'd=$(_iser_session_disk "$iqn") && [ -n "$d" ] && [ -b "/dev/$d" ]' || {
+	ulp_wait 30 eval 'd=$(_iser_session_disk "$iqn") && [ -n "$d" ] && [ -b "/dev/$d" ]' || {
 		echo "iser_disk: no disk for $iqn" >&2
 		return 1
 	}

@@ -195,8 +195,9 @@ nfs_fio() {
 }
 
 # stream_copy_out: stream NFS_COPY_MB MiB into $mnt/big (an NFS or SMB mount),
-# checksumming the stream; sets SUM_SRC and BYTES. 1 MiB of random data, repeated, each copy
-# after a distinct 16-byte header (no two copies at the same page offset).
+# checksumming the stream; sets SUM_SRC and BYTES. 1 MiB of random data,
+# repeated, each copy after a distinct 16-byte header (no two copies at the
+# same page offset).
 stream_copy_out() {
 	local blk=$TEST_TMP/block i t0 wsec chunks=$NFS_COPY_MB want
 	head -c 1M /dev/urandom >"$blk"

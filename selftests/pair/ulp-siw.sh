@@ -188,9 +188,9 @@ show_log() {
 
 # ---------------------------------------------------------------- NFS
 
-# nfs_fio BS SIZE: write SIZE in BS blocks (direct I/O, queue depth 8), read
-# back checking every block's crc32c.
-nfs_fio() {
+# mount_fio BS SIZE: on the NFS or SMB mount $mnt, write SIZE in BS blocks
+# (direct I/O, queue depth 8), read back checking every block's crc32c.
+mount_fio() {
 	fio_write_verify "$L: fio $1 x $2 write, read back, crc32c verified" "$mnt/fio-$1" "$1" "$2" --iodepth=8
 }
 
@@ -225,6 +225,19 @@ stream_read_back() {
 		"$L: read back over RDMA, same data (sha256)" "written $SUM_SRC, read ${sum:-none}"
 	tap_diag "read and sha256 in $rsec s ($(mbps "$BYTES" "$rsec") MB/s)"
 	rm -f "$mnt/big"
+}
+
+# client_stream_copy: the client's half of the stream check: stream_copy_out,
+# posted to the server as copied, read back while the server checksums its
+# copy, and the server's size and sha256 (copied.checked) must match.
+client_stream_copy() {
+	stream_copy_out
+	post copied "$BYTES $SUM_SRC"
+	stream_read_back
+	peer_wait copied.checked
+	tap_result "$([ "$PAIR_MSG" = "$BYTES $SUM_SRC" ]; echo $?)" \
+		"$L: the server's copy has the same size and sha256 as the stream" \
+		"client: $BYTES $SUM_SRC" "server: $PAIR_MSG"
 }
 
 # server_check_copy DIR: on the client's copied, DIR/big (the server's copy
@@ -334,17 +347,10 @@ nfs_client() {
 	peer_wait mounted.checked
 
 	for f in $NFS_FIO; do
-		nfs_fio "${f%%:*}" "${f#*:}"
+		mount_fio "${f%%:*}" "${f#*:}"
 	done
 
-	stream_copy_out
-	post copied "$BYTES $SUM_SRC"
-	# The server checksums its copy meanwhile.
-	stream_read_back
-	peer_wait copied.checked
-	tap_result "$([ "$PAIR_MSG" = "$BYTES $SUM_SRC" ]; echo $?)" \
-		"$L: the server's copy has the same size and sha256 as the stream" \
-		"client: $BYTES $SUM_SRC" "server: $PAIR_MSG"
+	client_stream_copy
 
 	t0=$(date +%s.%N)
 	tap_check "$L: create and rename $NFS_CHURN_FILES files, list, read some" \
@@ -573,18 +579,10 @@ smb_client() {
 	peer_wait mounted.checked
 
 	for f in $SMB_FIO; do
-		fio_write_verify "$L: fio ${f%%:*} x ${f#*:} write, read back, crc32c verified" \
-			"$mnt/fio-${f%%:*}" "${f%%:*}" "${f#*:}" --iodepth=8
+		mount_fio "${f%%:*}" "${f#*:}"
 	done
 
-	stream_copy_out
-	post copied "$BYTES $SUM_SRC"
-	# The server checksums its copy meanwhile.
-	stream_read_back
-	peer_wait copied.checked
-	tap_result "$([ "$PAIR_MSG" = "$BYTES $SUM_SRC" ]; echo $?)" \
-		"$L: the server's copy has the same size and sha256 as the stream" \
-		"client: $BYTES $SUM_SRC" "server: $PAIR_MSG"
+	client_stream_copy
 
 	tap_check "$L: umount" smb_umount "$mnt"
 	check_res_zero "$L: no QP, MR or CM id left on the client's $dev" 60 qp mr cm_id

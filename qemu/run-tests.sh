@@ -36,7 +36,7 @@
 # RSIW_LINK_TYPE, RSIW_KO and ULP_KO (a pair run copies both into the run
 # directory first), and the tests' knobs NFS_*, NVME_*, FLOOD_*, USER_*,
 # ZERO_WINDOW_*, UNLOAD_*, FAULT_*, HOG_*, PRESSURE_*, LINK_*, SOAK_*,
-# INTEROP_*, ULP_*, SMB_* and ISER_* (passed to every VM); VM_CPUS and
+# INTEROP_*, ULP_*, SMB_*, ISER_* and REMOVAL_* (passed to every VM); VM_CPUS and
 # VM_MEMORY (one VM: 2 and 4G), PAIR_VM_CPUS and PAIR_VM_MEMORY (each of a
 # pair: 1, since two TCG guests share the host, and 4G: with 2G the tests ran
 # slower),
@@ -352,7 +352,7 @@ fi
 forwarded=()
 declare -A named=()
 for v in RSIW_MODULE RSIW_LINK_TYPE RSIW_KO ULP_KO VM_TIMEOUT_SCALE \
-	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE|LINK|SOAK|USER|INTEROP|ULP|SMB|ISER)_'); do
+	$(compgen -v | grep -E '^(NFS|NVME|FLOOD|ZERO_WINDOW|UNLOAD|FAULT|HOG|PRESSURE|LINK|SOAK|USER|INTEROP|ULP|SMB|ISER|REMOVAL)_'); do
 	[ -n "${!v:-}" ] && [ -z "${named[$v]:-}" ] && forwarded+=("$v=${!v}")
 	named[$v]=1
 done

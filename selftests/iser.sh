@@ -17,7 +17,9 @@
 # transport with both QPs in RTS on the device; fio with crc32c verification at
 # 4 KiB, 64 KiB and 1 MiB blocks on the disk (direct I/O); ISER_CYCLES (3; make
 # check-full: 20) logout/login cycles, each reading back what the previous
-# session wrote and writing a new block. At the end: no QP, MR or CM id left on
+# session wrote and writing a new block. Then the session killed under
+# traffic: its connection reset (ss -K) under fio with crc32c verification;
+# the initiator logs in again and every block verifies. At the end: no QP, MR or CM id left on
 # the device, the target cleared, its modules and the initiator's unloaded, no
 # splat, no leak.
 # timeout: 900
@@ -69,6 +71,63 @@ cycle() {
 	iser_logout "$ip" "$port" "$iqn"
 }
 
+# conn_errors: how many connection failures libiscsi logged since the mark.
+conn_errors() {
+	kmsg_since_mark | grep -cE '^ *connection[0-9]+:[0-9]+: detected conn error'
+}
+
+# session_back: the session to $iqn is logged in again, on a new iSER
+# connection whose initiator and target QPs are in RTS on $dev.
+session_back() {
+	timeout 20 iscsiadm -m session -P 1 2>/dev/null | grep -q 'iSCSI Session State: LOGGED_IN' &&
+		[ "$(timeout 20 rdma res show qp link "$dev/1" 2>/dev/null | grep -c ' state RTS ')" -ge 2 ]
+}
+
+# kill_case: log in, fio writing the disk with crc32c verification, and the
+# session's TCP connection (an iWARP connection is one) reset under it with
+# ss -K, as a crashed switch or a firewall would. The initiator must see the
+# connection fail and log in again on a new iSER connection (replacement
+# timeout: the default 120 s), SCSI must retry what was in flight, and fio
+# must end with every block it wrote read back and verified.
+kill_case() {
+	local b base killed st out errs
+	tap_check "kill: login to $iqn over iSER" iser_login "$ip" "$port" "$iqn" || return
+	disk=$(iser_disk "$iqn") || { tap_fail "kill: the LUN appears as a disk"; return 1; }
+	b=${disk#/dev/}
+	base=$(ulp_block_writes "$b")
+	fio --name=kill --filename="$disk" --rw=randwrite --bs=64k --size=60m --loops=2 --direct=1 \
+		--ioengine=libaio --iodepth=16 --verify=crc32c --do_verify=1 --verify_fatal=1 \
+		--verify_state_save=0 >"$TEST_TMP/fio-kill" 2>&1 &
+	fio_pid=$!
+	if ! tap_wait "kill: fio randwrite 64k, iodepth 16, crc32c on $disk: writes complete, I/O in flight" \
+		60 ulp_block_flowing "$b" "$base"; then
+		tap_diag "$(cat "$TEST_TMP/fio-kill")"
+		stop_fio
+		return 1
+	fi
+	errs=$(conn_errors)
+	killed=$(ss -K -tnH state established "( dport = :$port )" 2>&1)
+	tap_result "$([ -n "$killed" ] && kill -0 "$fio_pid" 2>/dev/null; echo $?)" \
+		"kill: ss -K resets the session's connection while fio runs" "$killed"
+	tap_wait "kill: the initiator saw the connection fail" 30 eval '[ "$(conn_errors)" -gt "$errs" ]'
+	tap_wait "kill: the session is logged in again over iSER, both QPs in RTS on $dev" 150 session_back ||
+		tap_diag "$(iscsiadm -m session -P 1 2>&1)" "$(kmsg_since_mark | grep -iE 'iser|iscsi' | tail -n 20)"
+	if ulp_wait 300 eval '! kill -0 "$fio_pid" 2>/dev/null'; then
+		wait "$fio_pid"
+		st=$?
+		out=$(cat "$TEST_TMP/fio-kill")
+		tap_result "$(fio_verified "$st" "$out"; echo $?)" \
+			"kill: fio ends with every block written and verified (crc32c)" "exit status $st" \
+			"$(tail -n 20 <<<"$out")"
+		fio_pid=
+	else
+		tap_fail "kill: fio ends with every block written and verified (crc32c)" \
+			"fio still runs 300 s after the reset" "$(ps -o pid,stat,wchan:32,cmd -p "$fio_pid")"
+		stop_fio
+	fi
+	tap_check "kill: logout" iser_logout "$ip" "$port" "$iqn"
+}
+
 kmsg_mark
 tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
 tap_check "dummy netdev $nd $ip" netdev_dummy "$nd" "$mac" "$ip/24" || tap_bail "cannot create $nd"
@@ -110,6 +169,7 @@ tap_check "logout" iser_logout "$ip" "$port" "$iqn"
 
 ulp_cycles "$ISER_CYCLES" \
 	"$ISER_CYCLES cycles of login, the previous session's 1 MiB read back, 1 MiB written, logout" cycle
+kill_case
 tap_wait "no QP, MR or CM id of a connection left on $dev" 30 \
 	eval '[ "$(ulp_res_count "$dev" qp)" = 0 ] && [ "$(ulp_res_count "$dev" mr)" = 0 ]' ||
 	tap_diag "$(ulp_res_summary "$dev")"

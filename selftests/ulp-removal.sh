@@ -3,7 +3,8 @@
 # NVMe-oF (nvmet-rdma target and nvme-rdma host on 198.18.0.1, a dummy netdev
 # with the device on it, a null_blk namespace) with fio writing 64 KiB blocks
 # at queue depth 16: first `rdma link delete`, then `rmmod` of the driver.
-# Then NFS over RDMA (knfsd on rdma port 20049 and an NFSv3 proto=rdma
+# Then, for the ULPs REMOVAL_ULPS names (make check: none; make check-full:
+# nfs iser smb), NFS over RDMA (knfsd on rdma port 20049 and an NFSv3 proto=rdma
 # mount) with fio writing through it, and `rdma link delete`. Then iSER (the
 # LIO target and an open-iscsi session, replacement timeout 5 s) with fio
 # writing to the disk, and `rdma link delete`. Each removal must return within
@@ -13,17 +14,20 @@
 # mount can be forced off and knfsd stops; the iSER session logs out and the
 # target clears. Nothing of the device may stay behind (rdma res, CM ids, the
 # connections' TCP sockets), and rsiw logs the removal with nothing still
-# counted. After each removal the device is added again and a new NVMe
-# connection writes and verifies data. Last, the test ULP's server listening
-# on the device (with a shared receive queue) and `rdma link delete`.
-# SMB Direct is not here: cifs 6.12 blocks the removal (see testing.rst).
+# counted. Then SMB Direct (ksmbd and a cifs mount) with fio writing 1 KiB
+# blocks through it (larger writes hold MRs, and then cifs 6.12 blocks the
+# removal: see testing.rst), and `rdma link delete`: fio fails with an I/O
+# error, the share unmounts and ksmbd stops. After each removal the device is added again and a new
+# NVMe connection writes and verifies data. Last, the test ULP's server
+# listening on the device (with a shared receive queue) and `rdma link
+# delete`.
 # timeout: 900
 # Functions run through tap_check and wait_for look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require rdma nvme fio ss mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs \
-	targetcli dbus-daemon iscsiadm iscsid nsenter
+	targetcli dbus-daemon iscsiadm iscsid nsenter mount.cifs ksmbd.mountd ksmbd.adduser ksmbd.control
 # shellcheck source=ulp-setup.sh
 . "$(dirname "$0")/ulp-setup.sh"
 # shellcheck source=ulp/ulp.sh
@@ -33,6 +37,7 @@ trap 'ulp_unload; ulp_cleanup; cleanup' EXIT
 dev=rsiw0 nd=rsiwd0 mac=02:52:53:49:57:23 ip=198.18.0.1 svcid=$NVME_RDMA_PORT ulp_port=20899
 nqn=nqn.2014-08.org.rsiw:selftest-removal
 iqn=iqn.2003-01.org.rsiw:selftest-removal
+share=rsiw
 # How long a removal may take, and a writer may go on after it.
 REMOVAL_MAX=${REMOVAL_MAX:-60}
 WRITER_MAX=${WRITER_MAX:-60}
@@ -40,7 +45,11 @@ WRITER_MAX=${WRITER_MAX:-60}
 # nfsv4 and rpcrdma modules) after the umount, for minutes, while it tries to
 # end its session with a server it cannot reach.
 NFS_VERS=${NFS_VERS:-3}
+# The ULPs whose removal cases run after NVMe-oF's: any of nfs, iser and smb
+# (make check: none; make check-full: all).
+REMOVAL_ULPS=${REMOVAL_ULPS-}
 export_dir=$TEST_TMP/export
+share_dir=$TEST_TMP/share
 mnt=$TEST_TMP/mnt
 
 # elapsed START: seconds since START (a date +%s.%N), two decimals.
@@ -58,20 +67,6 @@ add_device() {
 # the device it was bound to, and nvmet-rdma does not listen again by itself).
 serve() {
 	nvmet_port_del 1 "$nqn" && nvmet_port 1 "$ip" "$svcid" "$nqn"
-}
-
-# writes BDEV: write I/Os the block device BDEV (nvme0n1) completed.
-writes() {
-	local s
-	read -ra s <"/sys/block/$1/stat" && echo "${s[4]}"
-}
-
-# block_flowing BDEV BASE: BDEV completed 32 writes more than BASE, and I/O is
-# in flight on it.
-block_flowing() {
-	local s
-	read -ra s <"/sys/block/$1/stat" || return
-	((s[4] >= $2 + 32 && s[8] > 0))
 }
 
 # nfs_flowing BASE: the mount on $mnt sent 32 WRITEs more than BASE.
@@ -178,7 +173,7 @@ leftovers() {
 block_writer() {
 	start_fio "/dev/$2" --iodepth=16
 	tap_wait "$1: fio randwrite 64k, iodepth 16 on /dev/$2: writes complete, I/O in flight" \
-		60 block_flowing "$2" "${3:-0}" && return 0
+		60 ulp_block_flowing "$2" "${3:-0}" && return 0
 	tap_diag "$(cat "$TEST_TMP/fio")"
 	stop_fio
 	return 1
@@ -211,12 +206,12 @@ nvme_case() {
 	tap_check "$what: nvme connect -t rdma -a $ip -s $svcid" nvme_connect "$ip" "$svcid" "$nqn" || return
 	b=$(nvme_namespaces "$nqn" | head -n 1)
 	b=${b#/dev/}
-	base=$(writes "$b")
+	base=$(ulp_block_writes "$b")
 	block_writer "$what" "$b" "$base" || return
 	qps=$(timeout 20 rdma res show qp link "$dev/1" 2>&1)
 	tap_result "$([ "$(grep -c " state RTS " <<<"$qps")" -ge 4 ]; echo $?)" \
 		"$what: host and target QPs in RTS on $dev" "$qps"
-	tap_diag "before the removal: $(($(writes "$b") - base)) writes done, $(tr -s ' ' <"/sys/block/$b/inflight") (reads, writes) in flight"
+	tap_diag "before the removal: $(($(ulp_block_writes "$b") - base)) writes done, $(tr -s ' ' <"/sys/block/$b/inflight") (reads, writes) in flight"
 	removal "$what" "$how"
 	block_writer_fails "$what"
 	tap_wait "$what: nvme-rdma deleted its controller of $nqn" 30 no_ctrl
@@ -348,13 +343,44 @@ iser_case() {
 	tap_check "$what: login over iSER" iser_login "$ip" "$ISER_PORT" "$iqn" || return
 	b=$(iser_disk "$iqn") || { tap_fail "$what: the LUN appears as a disk"; return 1; }
 	b=${b#/dev/}
-	base=$(writes "$b")
+	base=$(ulp_block_writes "$b")
 	block_writer "$what" "$b" "$base" || return
 	removal "$what" link
 	block_writer_fails "$what"
 	tap_check "$what: log out, stop iscsid" ulp_undo iser-initiator
 	tap_check "$what: clear the target" ulp_undo iser-target
 	leftovers "$what" "$ISER_PORT"
+}
+
+# smb_case WHAT: ksmbd and an SMB Direct mount over the device, fio writing
+# 1 KiB blocks through it; rdma link delete: fio must end with an I/O error
+# and the share unmount. The blocks are smaller than
+# cifs's RDMA read/write threshold, so no write holds an MR: with MRs in use,
+# cifs 6.12 blocks the removal (see testing.rst).
+smb_case() {
+	local what=$1 base t0
+	tap_check "$what: ksmbd serving //$ip/$share" smb_server_start "$share_dir" "$share" || return
+	tap_wait "$what: ksmbd listens for SMB Direct on port 5445" 30 smb_listening "$dev" || return
+	tap_check "$what: mount -t cifs -o rdma //$ip/$share" smb_mount "$ip" "$share" "$mnt" || return
+	base=$(smb_writes)
+	start_fio "$mnt/writer" --rw=write --bs=1k --size=64m --iodepth=8
+	if ! tap_wait "$what: fio writing 1 KiB blocks on the share, 32 writes sent" \
+		60 eval '[ "$(smb_writes)" -ge $((base + 32)) ]'; then
+		tap_diag "$(cat "$TEST_TMP/fio")" "$(cat /proc/fs/cifs/Stats 2>&1)"
+		stop_fio
+		return 1
+	fi
+	removal "$what" link
+	# The soft mount fails the writes once its reconnect gives up (about 60 s
+	# under TCG, as when ksmbd stops: smb-direct.sh); until then they hold
+	# the file, and even a killed writer keeps the mount busy.
+	t0=$(date +%s.%N)
+	WRITER_MAX=150 block_writer_fails "$what"
+	tap_diag "the writer ended $(elapsed "$t0") s after the removal"
+	tap_check "$what: umount $mnt" timeout 60 umount "$mnt"
+	ulp_undo_drop "smb:$mnt"
+	tap_check "$what: ksmbd stops" ulp_undo smb-server
+	leftovers "$what" 5445
 }
 
 tap_check "load $RSIW_MODULE" rsiw_load || tap_bail "cannot load the driver"
@@ -379,14 +405,25 @@ else
 	again "NVMe, after rmmod"
 fi
 
-tap_check "tmpfs to export on $export_dir" nfs_export_tmpfs "$export_dir" 256M
-# The NVMe port's listener is not part of this case.
-tap_check "remove the nvmet-rdma port" nvmet_port_del 1 "$nqn"
-nfs_case "NFSv$NFS_VERS, link delete"
-again "NVMe, after the NFS case"
-tap_check "remove the nvmet-rdma port" nvmet_port_del 1 "$nqn"
-iser_case "iSER, link delete"
-again "NVMe, after the iSER case"
+# The other ULPs' cases (REMOVAL_ULPS), each followed by a new NVMe
+# connection. The NVMe port's listener is not part of them.
+if [[ " $REMOVAL_ULPS " == *" nfs "* ]]; then
+	tap_check "tmpfs to export on $export_dir" nfs_export_tmpfs "$export_dir" 256M
+	tap_check "remove the nvmet-rdma port" nvmet_port_del 1 "$nqn"
+	nfs_case "NFSv$NFS_VERS, link delete"
+	again "NVMe, after the NFS case"
+fi
+if [[ " $REMOVAL_ULPS " == *" iser "* ]]; then
+	tap_check "remove the nvmet-rdma port" nvmet_port_del 1 "$nqn"
+	iser_case "iSER, link delete"
+	again "NVMe, after the iSER case"
+fi
+if [[ " $REMOVAL_ULPS " == *" smb "* ]]; then
+	tap_check "tmpfs to share on $share_dir" ulp_mount_tmpfs "$share_dir" 256M
+	tap_check "remove the nvmet-rdma port" nvmet_port_del 1 "$nqn"
+	smb_case "SMB Direct, link delete"
+	again "NVMe, after the SMB Direct case"
+fi
 
 tap_check "remove the port" nvmet_port_del 1 "$nqn"
 tap_check "remove the subsystem" nvmet_subsys_del "$nqn"

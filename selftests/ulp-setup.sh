@@ -185,6 +185,23 @@ ulp_tcp_sockets() {
 	ss -tanH state all "( sport = :$1 or dport = :$1 )" 2>/dev/null | awk '$1 != "TIME-WAIT"'
 }
 
+# ---------------------------------------------------------------- block devices
+
+# ulp_block_writes BDEV: the write I/Os the block device BDEV (nvme0n1, sda)
+# completed.
+ulp_block_writes() {
+	local s
+	read -ra s <"/sys/block/$1/stat" && echo "${s[4]}"
+}
+
+# ulp_block_flowing BDEV BASE: BDEV completed 32 writes more than BASE, and
+# I/O is in flight on it.
+ulp_block_flowing() {
+	local s
+	read -ra s <"/sys/block/$1/stat" || return
+	((s[4] >= $2 + 32 && s[8] > 0))
+}
+
 # ---------------------------------------------------------------- fio
 
 # The fio a test runs in the background (or empty), for stop_fio.
@@ -607,6 +624,12 @@ smb_mount() {
 # smb_umount DIR: unmount the share on DIR.
 smb_umount() {
 	umount "$1" && ulp_undo_drop "smb:$1"
+}
+
+# smb_writes: the writes cifs sent to its servers so far (its Stats).
+smb_writes() {
+	awk '/Writes:/ { for (i = 1; i <= NF; i++) if ($i == "Writes:") n += $(i + 1) } END { print n + 0 }' \
+		/proc/fs/cifs/Stats 2>/dev/null
 }
 
 # smb_direct_session: cifs's DebugData shows a session on the SMBDirect

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # timeout: 1200
+# tier: full (in make check, netns runs rsiw against the C siw over a veth
+# pair in one VM, interop-siw the protocol matrix across two VMs, and the
+# one-VM ULP tests each kernel ULP on rsiw)
 # The kernel ULPs across two VMs, rsiw against the kernel's C siw, both ways
-# (make check runs nfs1 and nvme2, ULP_PHASES):
+# (ULP_PHASES; by default nfs1 and nvme2, in make check-full all eight):
 # VM a runs rsiw (rsiw0, 198.18.0.1), VM b the C siw (siw0, 198.18.0.2).
 #   nfs1: NFSv4.2 over RPC/RDMA, rsiw client (a) -> siw server (b)
 #   nfs2: the same, siw client (b) -> rsiw server (a)
@@ -69,9 +72,9 @@ SMB_FIO=${SMB_FIO:-4k:512k 1m:2m}
 ISER_FIO=${ISER_FIO:-randwrite:4k:512k write:1m:2m}
 ISER_CYCLES=${ISER_CYCLES:-2}
 ISER_LUN_MB=64
-# The phases run (ULP_PHASES; make check-full runs all eight). make check runs
-# one of each ULP with rsiw in each role once: the rsiw NFS client and the
-# rsiw NVMe target.
+# The phases run (ULP_PHASES; make check-full runs all eight). By default one
+# of each of the first two ULPs, with rsiw in each role once: the rsiw NFS
+# client and the rsiw NVMe target.
 ULP_PHASES=${ULP_PHASES:-nfs1 nvme2}
 nqn_base=nqn.2014-08.org.rsiw:pair-ulp-siw
 iqn_base=iqn.2003-01.org.rsiw:pair-ulp-siw

@@ -207,11 +207,13 @@ check_recovered() {
 # ---------------------------------------------------------------- memory hog
 
 # The memory hog: takes memory (8 MiB at a time, each page written) until
-# MemAvailable is down to FLOOR MiB and holds it there, giving back when it
-# drops below half of that; prints "held N" once there, and ends at the end of
-# its input.
+# MemAvailable is down to FLOOR MiB and holds it there, giving back at once
+# what it takes to stay above half of that; prints "held N" once there, and
+# ends at the end of its input. It locks its pages: its own code must not be
+# evicted, or it cannot run to give back (then the OOM killer ends it).
 HOG='
-import sys, time, select
+import sys, time, select, ctypes
+ctypes.CDLL(None).mlockall(3)
 floor = int(sys.argv[1]) << 20
 step = 8 << 20
 def avail():
@@ -227,6 +229,7 @@ while True:
         continue
     if a < floor // 2 and held:
         held.pop()
+        continue
     if not told:
         print("held %d" % (len(held) * step >> 20), flush=True)
         told = True

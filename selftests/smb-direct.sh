@@ -130,6 +130,8 @@ stop_case() {
 		stop_fio
 	fi
 	tap_check "stop: umount" timeout 60 umount "$mnt" && ulp_undo_drop "smb:$mnt"
+	tap_wait "stop: cifs's connection thread ends" 30 smb_client_idle ||
+		tap_diag "$(ps -eo pid,stat,wchan:32,comm | grep -w cifsd)"
 	tap_wait "stop: no QP, MR or CM id of a connection left on $dev" 30 \
 		eval '[ "$(ulp_res_count "$dev" qp)" = 0 ] && [ "$(ulp_res_count "$dev" mr)" = 0 ] &&
 			[ "$(ulp_res_count "$dev" cm_id)" = 0 ]' || tap_diag "$(ulp_res_summary "$dev")"

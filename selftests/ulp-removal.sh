@@ -380,6 +380,8 @@ smb_case() {
 	tap_diag "the writer ended $(elapsed "$t0") s after the removal"
 	tap_check "$what: umount $mnt" timeout 60 umount "$mnt"
 	ulp_undo_drop "smb:$mnt"
+	tap_wait "$what: cifs's connection thread ends" 30 smb_client_idle ||
+		tap_diag "$(ps -eo pid,stat,wchan:32,comm | grep -w cifsd)"
 	tap_check "$what: ksmbd stops" ulp_undo smb-server
 	leftovers "$what" 5445
 }

@@ -626,6 +626,13 @@ smb_umount() {
 	umount "$1" && ulp_undo_drop "smb:$1"
 }
 
+# smb_client_idle: no cifs connection thread (cifsd) is left. A connection
+# that lost its server goes on trying to reconnect (every 3 s) after the
+# umount until its thread notices, and holds the cifs module till then.
+smb_client_idle() {
+	! pgrep -x cifsd >/dev/null
+}
+
 # smb_writes: the writes cifs sent to its servers so far (its Stats).
 smb_writes() {
 	awk '/Writes:/ { for (i = 1; i <= NF; i++) if ($i == "Writes:") n += $(i + 1) } END { print n + 0 }' \

@@ -14,14 +14,14 @@
 # init_net, where the device is (see iser_portal in ulp-setup.sh).
 #
 # Then: SendTargets discovery over iSER; login, the session on the iser
-# transport with both QPs in RTS on the device; fio with crc32c verification at
-# 4 KiB, 64 KiB and 1 MiB blocks on the disk (direct I/O); ISER_CYCLES (3; make
-# check-full: 20) logout/login cycles, each reading back what the previous
-# session wrote and writing a new block. Then the session killed under
-# traffic: its connection reset (ss -K) under fio with crc32c verification;
-# the initiator logs in again and every block verifies. At the end: no QP, MR or CM id left on
-# the device, the target cleared, its modules and the initiator's unloaded, no
-# splat, no leak.
+# transport with both QPs in RTS on the device; fio with crc32c verification
+# at 4 KiB, 64 KiB and 1 MiB blocks on the disk (direct I/O); ISER_CYCLES (3;
+# make check-full: 20) logout/login cycles, each reading back what the
+# previous session wrote and writing a new block. Then the session killed
+# under traffic: its connection reset (ss -K) under fio with crc32c
+# verification; the initiator logs in again and every block verifies. At the
+# end: no QP, MR or CM id left on the device, the target cleared, its modules
+# and the initiator's unloaded, no splat, no leak.
 # timeout: 900
 # Functions run through tap_check look unreachable to shellcheck:
 # shellcheck disable=SC2317

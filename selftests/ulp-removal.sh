@@ -4,23 +4,23 @@
 # with the device on it, a null_blk namespace) with fio writing 64 KiB blocks
 # at queue depth 16: first `rdma link delete`, then `rmmod` of the driver.
 # Then, for the ULPs REMOVAL_ULPS names (make check: none; make check-full:
-# nfs iser smb), NFS over RDMA (knfsd on rdma port 20049 and an NFSv3 proto=rdma
-# mount) with fio writing through it, and `rdma link delete`. Then iSER (the
-# LIO target and an open-iscsi session, replacement timeout 5 s) with fio
-# writing to the disk, and `rdma link delete`. Each removal must return within
-# REMOVAL_MAX seconds, with the ULPs letting go of the device: the NVMe host
-# deletes its controller and the iSER session fails, and fio fails with an
-# I/O error instead of hanging; the NFS writer ends or can be killed, the
-# mount can be forced off and knfsd stops; the iSER session logs out and the
-# target clears. Nothing of the device may stay behind (rdma res, CM ids, the
-# connections' TCP sockets), and rsiw logs the removal with nothing still
-# counted. Then SMB Direct (ksmbd and a cifs mount) with fio writing 1 KiB
-# blocks through it (larger writes hold MRs, and then cifs 6.12 blocks the
-# removal: see testing.rst), and `rdma link delete`: fio fails with an I/O
-# error, the share unmounts and ksmbd stops. After each removal the device is added again and a new
-# NVMe connection writes and verifies data. Last, the test ULP's server
-# listening on the device (with a shared receive queue) and `rdma link
-# delete`.
+# nfs iser smb), NFS over RDMA (knfsd on rdma port 20049 and an NFSv3
+# proto=rdma mount) with fio writing through it, and `rdma link delete`. Then
+# iSER (the LIO target and an open-iscsi session, replacement timeout 5 s)
+# with fio writing to the disk, and `rdma link delete`. Each removal must
+# return within REMOVAL_MAX seconds, with the ULPs letting go of the device:
+# the NVMe host deletes its controller and the iSER session fails, and fio
+# fails with an I/O error instead of hanging; the NFS writer ends or can be
+# killed, the mount can be forced off and knfsd stops; the iSER session logs
+# out and the target clears. Nothing of the device may stay behind (rdma res,
+# CM ids, the connections' TCP sockets), and rsiw logs the removal with
+# nothing still counted. Then SMB Direct (ksmbd and a cifs mount) with fio
+# writing 1 KiB blocks through it (larger writes hold MRs, and then cifs 6.12
+# blocks the removal: see testing.rst), and `rdma link delete`: fio fails with
+# an I/O error, the share unmounts and ksmbd stops. After each removal the
+# device is added again and a new NVMe connection writes and verifies data.
+# Last, the test ULP's server listening on the device (with a shared receive
+# queue) and `rdma link delete`.
 # timeout: 900
 # Functions run through tap_check and wait_for look unreachable to shellcheck:
 # shellcheck disable=SC2317
@@ -352,11 +352,11 @@ iser_case() {
 	leftovers "$what" "$ISER_PORT"
 }
 
-# smb_case WHAT: ksmbd and an SMB Direct mount over the device, fio writing
-# 1 KiB blocks through it, one at a time; rdma link delete: fio must end with an I/O error
-# and the share unmount. The blocks are smaller than
-# cifs's RDMA read/write threshold, so no write holds an MR: with MRs in use,
-# cifs 6.12 blocks the removal (see testing.rst).
+# smb_case WHAT: ksmbd and an SMB Direct mount over the device, fio writing 1
+# KiB blocks through it, one at a time; rdma link delete: fio must end with an
+# I/O error and the share unmount. The blocks are smaller than cifs's RDMA
+# read/write threshold, so no write holds an MR: with MRs in use, cifs 6.12
+# blocks the removal (see testing.rst).
 smb_case() {
 	local what=$1 base t0
 	tap_check "$what: ksmbd serving //$ip/$share" smb_server_start "$share_dir" "$share" || return

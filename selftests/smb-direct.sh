@@ -102,33 +102,13 @@ cycle() {
 # waiting 10 s for it, fio ends with an I/O error (within 60 s), the share
 # unmounts, and nothing of the connection stays on the device.
 stop_case() {
-	local base st out t0
+	local t0
 	tap_check "stop: mount -t cifs -o rdma //$ip/$share" smb_mount "$ip" "$share" "$mnt" || return
-	base=$(smb_writes)
-	fio --name=stop --filename="$mnt/stop" --rw=write --bs=1k --size=64m --direct=1 --ioengine=psync \
-		--time_based --runtime=3600 >"$TEST_TMP/fio-stop" 2>&1 &
-	fio_pid=$!
-	if ! tap_wait "stop: fio writing 1 KiB blocks on the share, 32 writes sent" 60 \
-		eval '[ "$(smb_writes)" -ge $((base + 32)) ]'; then
-		tap_diag "$(cat "$TEST_TMP/fio-stop")" "$(cat /proc/fs/cifs/Stats 2>&1)"
-		stop_fio
-		return 1
-	fi
+	smb_writer stop "$mnt/stop" "$TEST_TMP/fio-stop" || return
 	tap_check "stop: ksmbd.control -s stops the server under the writes" ulp_undo smb-server
 	t0=$(date +%s.%N)
-	if ulp_wait 60 eval '! kill -0 "$fio_pid" 2>/dev/null'; then
-		wait "$fio_pid"
-		st=$?
-		out=$(cat "$TEST_TMP/fio-stop")
-		tap_result "$([ "$st" != 0 ] && grep -qiE 'error' <<<"$out"; echo $?)" \
-			"stop: fio ends with an I/O error" "exit status $st" "$(tail -n 20 <<<"$out")"
-		tap_diag "fio ended $(elapsed "$t0") s after ksmbd stopped" "$(grep -iE 'error' <<<"$out" | head -n 2)"
-		fio_pid=
-	else
-		tap_fail "stop: fio ends with an I/O error" "fio still runs 60 s after ksmbd stopped" \
-			"$(ps -o pid,stat,wchan:32,cmd -p "$fio_pid")"
-		stop_fio
-	fi
+	fio_fails "stop: fio ends with an I/O error" "$TEST_TMP/fio-stop" 60
+	tap_diag "fio ended $(elapsed "$t0") s after ksmbd stopped"
 	tap_check "stop: umount" timeout 60 umount "$mnt" && ulp_undo_drop "smb:$mnt"
 	tap_wait "stop: cifs's connection thread ends" 30 smb_client_idle ||
 		tap_diag "$(ps -eo pid,stat,wchan:32,comm | grep -w cifsd)"

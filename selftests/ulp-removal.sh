@@ -182,20 +182,7 @@ block_writer() {
 # block_writer_fails WHAT: after the removal, the block writer ends with an
 # I/O error within WRITER_MAX s (else it is killed).
 block_writer_fails() {
-	local st out
-	if wait_for "$WRITER_MAX" ended "$fio_pid"; then
-		wait "$fio_pid"
-		st=$?
-		out=$(cat "$TEST_TMP/fio")
-		tap_result "$([ "$st" != 0 ] && grep -qiE 'error' <<<"$out"; echo $?)" \
-			"$1: fio ends with an I/O error" "exit status $st" "$(tail -n 20 <<<"$out")"
-		tap_diag "$(grep -iE 'error' <<<"$out" | head -n 3)"
-		fio_pid=
-	else
-		tap_fail "$1: fio ends with an I/O error" "fio still runs $WRITER_MAX s after the removal" \
-			"$(ps -o pid,stat,wchan:32,cmd -p "$fio_pid")"
-		stop_fio
-	fi
+	fio_fails "$1: fio ends with an I/O error" "$TEST_TMP/fio" "$WRITER_MAX"
 }
 
 # nvme_case WHAT HOW: connect, fio writing, remove the device (see removal)
@@ -358,18 +345,11 @@ iser_case() {
 # read/write threshold, so no write holds an MR: with MRs in use, cifs 6.12
 # blocks the removal (see testing.rst).
 smb_case() {
-	local what=$1 base t0
+	local what=$1 t0
 	tap_check "$what: ksmbd serving //$ip/$share" smb_server_start "$share_dir" "$share" || return
 	tap_wait "$what: ksmbd listens for SMB Direct on port 5445" 30 smb_listening "$dev" || return
 	tap_check "$what: mount -t cifs -o rdma //$ip/$share" smb_mount "$ip" "$share" "$mnt" || return
-	base=$(smb_writes)
-	start_fio "$mnt/writer" --rw=write --bs=1k --size=64m --ioengine=psync --iodepth=1
-	if ! tap_wait "$what: fio writing 1 KiB blocks on the share, 32 writes sent" \
-		60 eval '[ "$(smb_writes)" -ge $((base + 32)) ]'; then
-		tap_diag "$(cat "$TEST_TMP/fio")" "$(cat /proc/fs/cifs/Stats 2>&1)"
-		stop_fio
-		return 1
-	fi
+	smb_writer "$what" "$mnt/writer" "$TEST_TMP/fio" || return
 	removal "$what" link
 	# The soft mount fails a write once its reconnect has waited 10 s for it
 	# (with 8 writes in flight fio took 40 to 60 s to end); until then the

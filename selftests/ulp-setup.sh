@@ -215,6 +215,23 @@ stop_fio() {
 	fio_pid=
 }
 
+# fio_fails DESC OUT MAX: one TAP line DESC for the background fio (fio_pid,
+# its output in OUT) ending with an I/O error within MAX s; killed if not.
+fio_fails() {
+	local desc=$1 out=$2 max=$3 st
+	if ulp_wait "$max" eval '! kill -0 "$fio_pid" 2>/dev/null'; then
+		wait "$fio_pid"
+		st=$?
+		tap_result "$([ "$st" != 0 ] && grep -qiE 'error' "$out"; echo $?)" "$desc" \
+			"exit status $st" "$(tail -n 20 "$out")"
+		tap_diag "$(grep -iE 'error' "$out" | head -n 3)"
+		fio_pid=
+	else
+		tap_fail "$desc" "fio still runs after $max s" "$(ps -o pid,stat,wchan:32,cmd -p "$fio_pid")"
+		stop_fio
+	fi
+}
+
 # fio_verified STATUS OUTPUT: whether a fio run that verifies (crc32c) passed:
 # exit status 0, no error, and no verify failure in its output.
 fio_verified() {
@@ -637,6 +654,24 @@ smb_client_idle() {
 smb_writes() {
 	awk '/Writes:/ { for (i = 1; i <= NF; i++) if ($i == "Writes:") n += $(i + 1) } END { print n + 0 }' \
 		/proc/fs/cifs/Stats 2>/dev/null
+}
+
+# smb_writer WHAT FILE OUT: fio writing FILE on a cifs mount in 1 KiB blocks
+# with direct I/O, one at a time, in the background (fio_pid, output in OUT),
+# and a TAP line once cifs sent 32 writes (else fio stopped and status 1).
+# 1 KiB is below cifs's RDMA read/write threshold, so no write holds an MR:
+# with MRs in use, cifs 6.12 hangs when its connection drops (testing.rst).
+smb_writer() {
+	local base
+	base=$(smb_writes)
+	fio --name=smb-writer --filename="$2" --rw=write --bs=1k --size=64m --direct=1 \
+		--ioengine=psync --time_based --runtime=3600 >"$3" 2>&1 &
+	fio_pid=$!
+	tap_wait "$1: fio writing 1 KiB blocks on the share, 32 writes sent" 60 \
+		eval '[ "$(smb_writes)" -ge $((base + 32)) ]' && return 0
+	tap_diag "$(cat "$3")" "$(cat /proc/fs/cifs/Stats 2>&1)"
+	stop_fio
+	return 1
 }
 
 # smb_direct_session: cifs's DebugData shows a session on the SMBDirect

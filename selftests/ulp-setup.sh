@@ -535,19 +535,28 @@ nvme_rdma_loop() {
 # nvme_connect ADDR SVCID NQN [OPTION]...: connect to the subsystem NQN at
 # ADDR:SVCID over RDMA (more nvme connect OPTIONs may follow) and wait until its
 # namespaces have block devices. Disconnected at cleanup or by nvme_disconnect.
+# On failure it prints how long it took and the kernel's last NVMe and RDMA lines.
 nvme_connect() {
-	local addr=$1 svcid=$2 nqn=$3 _
+	local addr=$1 svcid=$2 nqn=$3 st t0 _
 	shift 3
 	ulp_modprobe nvme-rdma || return
+	t0=$(date +%s)
 	timeout 120 nvme connect -t rdma -a "$addr" -s "$svcid" -n "$nqn" \
-		--hostnqn="$NVME_HOSTNQN" --hostid="$NVME_HOSTID" "$@" >/dev/null || return
-	ulp_undo_add "nvme:$nqn" "nvme_disconnect $(printf '%q' "$nqn")"
-	for _ in $(seq 100); do
-		[ -n "$(nvme_namespaces "$nqn")" ] && return 0
-		sleep 0.1
-	done
-	echo "nvme_connect: no namespace of $nqn appeared" >&2
-	return 1
+		--hostnqn="$NVME_HOSTNQN" --hostid="$NVME_HOSTID" "$@" >/dev/null
+	st=$?
+	if [ "$st" = 0 ]; then
+		ulp_undo_add "nvme:$nqn" "nvme_disconnect $(printf '%q' "$nqn")"
+		# Namespaces are scanned after nvme connect returns.
+		for _ in $(seq 300); do
+			[ -n "$(nvme_namespaces "$nqn")" ] && return 0
+			sleep 0.1
+		done
+		echo "nvme_connect: no namespace of $nqn appeared within 30 s" >&2
+		st=1
+	fi
+	echo "nvme_connect: failed (status $st) after $(($(date +%s) - t0)) s; the kernel's last NVMe and RDMA lines:" >&2
+	dmesg -t | grep -iE 'nvme|rdma|rsiw|iw_cm|mpa' | tail -n 20 >&2
+	return "$st"
 }
 
 # nvme_disconnect NQN: disconnect every controller of NQN.

@@ -368,7 +368,7 @@ struct QpEvents {
 
 impl SocketEvents for QpEvents {
     fn data_ready(&self, sk: &LockedSock) {
-        link::rx_ready(&self.qp, sk);
+        link::data_arrived(&self.qp, sk);
     }
 
     fn write_space(&self, _sk: &Sock) {

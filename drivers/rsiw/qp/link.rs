@@ -10,7 +10,7 @@
 //! # Who does what
 //!
 //! - The connection manager owns the socket's upcall handler. Its `data_ready` upcall, once the
-//!   link is attached, calls [`rx_ready`] here (softirq context, socket lock held): that is
+//!   link is attached, calls [`data_arrived`] here (softirq context, socket lock held): that is
 //!   where the receive path hooks in. The transmit path never blocks in the socket: when TCP
 //!   takes no more, its work item ends and `write_space` ([`tx_ready`]) queues it again. TCP
 //!   state changes and socket errors stay with the connection manager, which reports them to
@@ -85,25 +85,28 @@ pub(crate) struct Link {
 /// Fails with `ECONNABORTED` if the QP is not in INIT or RTR (the ULP moved it to ERROR or
 /// destroyed it meanwhile) or already has a link.
 pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
-    let sess = super::Session {
-        tx: super::tx::TxState::new(&link.negotiated, link.role, link.socket.mss()),
-        rx: super::rx::RxState::new(&link.negotiated)?,
-        term: None,
-        term_sent: false,
-        // Without it everything is sent as copies, which works as well. To a peer on this host
-        // zero copy costs more than it saves (TCP copies such data on delivery anyway), so by
-        // default loopback connections copy.
-        zc: if crate::knobs::zerocopy(link.socket.route_is_loopback()) {
-            super::tx::ZcSession::new(qp).ok()
-        } else {
-            None
+    let sess = KBox::new(
+        super::Session {
+            tx: super::tx::TxState::new(&link.negotiated, link.role, link.socket.mss()),
+            rx: super::rx::RxState::new(&link.negotiated)?,
+            term: None,
+            term_sent: false,
+            // Without it everything is sent as copies, which works as well. To a peer on this host
+            // zero copy costs more than it saves (TCP copies such data on delivery anyway), so by
+            // default loopback connections copy.
+            zc: if crate::knobs::zerocopy(link.socket.route_is_loopback()) {
+                super::tx::ZcSession::new(qp).ok()
+            } else {
+                None
+            },
+            tx_round: 1,
+            tx_rounds_sent: 0,
         },
-        tx_round: 1,
-        tx_rounds_sent: 0,
-    };
+        GFP_KERNEL,
+    )?;
     {
         let mut inner = super::lock(qp);
-        if inner.link.is_some() || !matches!(inner.state, QpState::Init | QpState::Rtr) {
+        if inner.conn.is_some() || !matches!(inner.state, QpState::Init | QpState::Rtr) {
             return Err(kernel::ksock::errno::econnaborted());
         }
         let n = &link.negotiated;
@@ -112,8 +115,7 @@ pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
         qp.data()
             .cm_id
             .store(link.cm_id.as_raw(), Ordering::Relaxed);
-        inner.link = Some(link);
-        inner.sess = Some(sess);
+        inner.conn = Some(super::Conn { link, sess });
         inner.state = QpState::Rts;
         // The initiator's RTR, or work posted while the connection was set up.
         super::tx::kick(qp);
@@ -127,11 +129,10 @@ pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
 /// the socket).
 pub(crate) fn detach(qp: &Qp<Rsiw>) -> Option<Link> {
     let mut inner = super::lock(qp);
-    let link = inner.link.take();
+    let link = super::enter_error(qp, &mut inner);
     qp.data()
         .cm_id
         .store(CmIdKey::NONE.as_raw(), Ordering::Relaxed);
-    super::enter_error(qp, &mut inner);
     // The transmit work drops a round TCP has not taken yet.
     super::tx::kick(qp);
     link
@@ -159,27 +160,26 @@ pub(crate) fn fatal(qp: &Qp<Rsiw>) {
 
 /// The owner of `d`'s link, taken out of the QP lock so that it is called without it.
 fn owner_of(d: &QpData) -> Option<Arc<dyn LinkOwner>> {
-    d.inner.lock().link.as_ref().map(|l| l.owner.clone())
+    d.inner.lock().link().map(|l| l.owner.clone())
 }
 
 /// Data arrived on the socket of `qp`'s link (softirq context, socket locked): the receive
 /// path reads it.
-pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
-    super::rx::data_ready(qp, sk);
+pub(crate) fn data_arrived(qp: &Qp<Rsiw>, sk: &LockedSock) {
+    super::rx::receive_or_defer(qp, sk);
 }
 
 /// Receives what is queued on the socket of `qp`'s link now, in the caller's context (process
 /// context, socket locked): the peer's FIN arrived, and the data before it must be placed
 /// before the QP leaves RTS.
 pub(crate) fn drain_inbound(qp: &Qp<Rsiw>, sk: &LockedSock) {
-    super::rx::rx_ready(qp, sk);
+    super::rx::receive(qp, sk);
 }
 
 /// Whether `qp`'s connection has a Terminate queued or sent: its close is under way.
 pub(crate) fn terminating(qp: &Qp<Rsiw>) -> bool {
     super::lock(qp)
-        .sess
-        .as_ref()
+        .sess()
         .is_some_and(super::Session::terminating)
 }
 

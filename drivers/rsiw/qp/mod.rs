@@ -104,8 +104,8 @@ pub(crate) struct IrqEntry {
 }
 
 /// A QP's state behind [`QpData::inner`], a spinlock that disables interrupts: the queues, the
-/// session's wire state and the upcalls owed. Taken by verbs (posts from any context a kernel ULP
-/// posts from, its completion handlers included; modify, query, destroy), by the receive path
+/// connection and the upcalls owed. Taken by verbs (posts from any context a kernel ULP posts
+/// from, its completion handlers included; modify, query, destroy), by the receive path
 /// (`data_ready` in softirq with the socket locked, or its work item), by the transmit work item
 /// and by the connection manager's work item (attach, detach).
 struct QpInner {
@@ -113,6 +113,20 @@ struct QpInner {
     access: u32,
     ord: u32,
     ird: u32,
+    q: Queues,
+    /// The connection and its wire state.
+    // INVARIANT: `Some` exactly while `state` is RTS: [`link::attach`] sets both, and the QP
+    // leaves RTS only through [`enter_error`], which takes it.
+    conn: Option<Conn>,
+    /// The receive work item is queued or running ([`rx::receive_or_defer`]).
+    rx_scheduled: bool,
+    /// Data arrived while it was: it reads again before it ends.
+    rx_again: bool,
+    owed: Owed,
+}
+
+/// A QP's work queues (in [`QpInner`]).
+struct Queues {
     sq: crate::ring::Ring<SendEntry>,
     /// Send work requests that are done but wait, in order, for TCP to let go of (or copy)
     /// pages sent by reference before they complete (they still count against the send
@@ -125,29 +139,92 @@ struct QpInner {
     /// The receive work request a multi-segment Send is being placed into (taken from the
     /// head of `rq`, or from the SRQ; flushed first on ERROR).
     cur_recv: Option<RecvEntry>,
-    /// The connection, from RTS until it is closed.
-    link: Option<link::Link>,
-    /// Wire state of the connection (with `link`).
-    sess: Option<Session>,
-    /// The receive work item is queued or running ([`rx::data_ready`]).
-    rx_scheduled: bool,
-    /// Data arrived while it was: it reads again before it ends.
-    rx_again: bool,
-    /// Consumer upcalls owed by completions queued under the lock; [`Locked`] delivers them
-    /// once the lock is dropped.
-    up_send: cq::Upcalls,
-    up_recv: cq::Upcalls,
-    /// An asynchronous event to report once the lock is dropped.
-    up_event: Option<QpEvent>,
-    /// Taking a receive from the SRQ crossed its limit: report `IB_EVENT_SRQ_LIMIT_REACHED`
-    /// once the lock is dropped.
-    up_srq_limit: bool,
-    /// A session that ended under the lock, dropped once the lock is released: its bounce
-    /// buffer may be vmalloc memory, and its zero-copy registration waits for notifications.
-    up_retired: Option<Session>,
     /// A user QP's positions in its rings: the next send and receive entries to take.
     user_sq_next: u32,
     user_rq_next: u32,
+}
+
+/// What completions and state changes under the QP lock owe once it is dropped ([`Locked`]
+/// delivers it).
+#[derive(Default)]
+struct Owed {
+    /// Consumer upcalls of completions queued.
+    send: cq::Upcalls,
+    recv: cq::Upcalls,
+    /// An asynchronous event to report.
+    event: Option<QpEvent>,
+    /// Taking a receive from the SRQ crossed its limit: report `IB_EVENT_SRQ_LIMIT_REACHED`.
+    srq_limit: bool,
+    /// A session that ended under the lock, dropped once the lock is released: its bounce
+    /// buffer may be vmalloc memory, and its zero-copy registration waits for notifications.
+    retired: Option<KBox<Session>>,
+}
+
+/// A QP's connection: from RTS until the QP leaves it.
+struct Conn {
+    link: link::Link,
+    /// Boxed: every lock round carries what it owes, a retired session among it, on the stack.
+    sess: KBox<Session>,
+}
+
+/// One round of the data path under the QP lock of a connected QP: the queues, the
+/// connection's wire state and the upcalls owed, borrowed apart once (see [`QpInner::round`]).
+struct Round<'a> {
+    qp: &'a Qp<Rsiw>,
+    q: &'a mut Queues,
+    link: &'a link::Link,
+    sess: &'a mut Session,
+    owed: &'a mut Owed,
+    ord: u32,
+    ird: u32,
+}
+
+impl QpInner {
+    /// The round of a connected QP (in RTS), or `None`.
+    fn round<'a>(&'a mut self, qp: &'a Qp<Rsiw>) -> Option<Round<'a>> {
+        let Conn { link, sess } = self.conn.as_mut()?;
+        Some(Round {
+            qp,
+            q: &mut self.q,
+            link,
+            sess,
+            owed: &mut self.owed,
+            ord: self.ord,
+            ird: self.ird,
+        })
+    }
+
+    /// The connection's wire state, in RTS.
+    fn sess(&self) -> Option<&Session> {
+        self.conn.as_ref().map(|c| &*c.sess)
+    }
+
+    /// The connection's link, in RTS.
+    fn link(&self) -> Option<&link::Link> {
+        self.conn.as_ref().map(|c| &c.link)
+    }
+}
+
+impl Round<'_> {
+    /// Ends the send work request at the head of the send queue (successfully, or with
+    /// `status`): it completes, if signalled or failed, once the session reached its
+    /// [`Session::sent_mark`] of now, and after the work requests before it.
+    fn complete_sq_head(&mut self, status: WcStatus) {
+        let Some(e) = self.q.sq.pop() else { return };
+        let sent = SentEntry {
+            wr_id: e.wr_id,
+            opcode: e.op.wc_opcode(),
+            signaled: e.signaled,
+            status,
+            wait: self.sess.sent_mark(),
+        };
+        if let Err(sent) = self.q.sent.push(sent) {
+            // Cannot happen: `post_send` keeps both queues within the send queue's size.
+            // Complete it at once rather than lose it.
+            emit_sent(self.qp, self.owed, sent);
+        }
+        reap_sent(self.qp, self.q, self.owed, self.sess.released());
+    }
 }
 
 /// Protocol state of one connection, created when the QP enters RTS.
@@ -173,6 +250,24 @@ impl Session {
     /// nothing more is sent or received on it.
     pub(crate) fn terminating(&self) -> bool {
         self.term.is_some() || self.term_sent
+    }
+
+    /// What a send work request that ends now waits for: the zero-copy sends issued so far
+    /// (its own last bytes among them), or without zero copy the round being built.
+    fn sent_mark(&self) -> u64 {
+        match &self.zc {
+            Some(z) => z.issued(),
+            None => self.tx_round,
+        }
+    }
+
+    /// How far [`Session::sent_mark`]s are reached: the zero-copy sends released, or the
+    /// rounds handed to TCP.
+    fn released(&self) -> u64 {
+        match &self.zc {
+            Some(z) => z.released(),
+            None => self.tx_rounds_sent,
+        }
     }
 }
 
@@ -200,11 +295,7 @@ struct Locked<'a> {
 /// Upcalls to deliver once the QP lock is released.
 struct Deliver<'a> {
     qp: &'a Qp<Rsiw>,
-    send: cq::Upcalls,
-    recv: cq::Upcalls,
-    event: Option<QpEvent>,
-    srq_limit: bool,
-    retired: Option<Session>,
+    owed: Owed,
 }
 
 /// Locks `qp`'s state.
@@ -213,11 +304,7 @@ fn lock(qp: &Qp<Rsiw>) -> Locked<'_> {
         guard: qp.data().inner.lock(),
         after: Deliver {
             qp,
-            send: cq::Upcalls::default(),
-            recv: cq::Upcalls::default(),
-            event: None,
-            srq_limit: false,
-            retired: None,
+            owed: Owed::default(),
         },
     }
 }
@@ -238,22 +325,19 @@ impl core::ops::DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        self.after.send = core::mem::take(&mut self.guard.up_send);
-        self.after.recv = core::mem::take(&mut self.guard.up_recv);
-        self.after.event = self.guard.up_event.take();
-        self.after.srq_limit = core::mem::take(&mut self.guard.up_srq_limit);
-        self.after.retired = self.guard.up_retired.take();
+        self.after.owed = core::mem::take(&mut self.guard.owed);
     }
 }
 
 impl Drop for Deliver<'_> {
     fn drop(&mut self) {
-        self.send.deliver(self.qp.send_cq());
-        self.recv.deliver(self.qp.recv_cq());
-        if let Some(e) = self.event.take() {
+        let owed = &mut self.owed;
+        owed.send.deliver(self.qp.send_cq());
+        owed.recv.deliver(self.qp.recv_cq());
+        if let Some(e) = owed.event.take() {
             self.qp.report_event(e);
         }
-        if self.srq_limit {
+        if owed.srq_limit {
             if let Some(srq) = self.qp.srq() {
                 srq.report_event(SrqEvent::LimitReached);
             }
@@ -307,7 +391,7 @@ pub(crate) struct QpData {
     /// Transmits ([`tx::kick`]).
     #[pin]
     tx_work: QpWork<Rsiw>,
-    /// Receives bulk data ([`rx::data_ready`]).
+    /// Receives bulk data ([`rx::receive_or_defer`]).
     #[pin]
     rx_work: QpWork<Rsiw>,
     /// What the data path counted for `rdma statistic` ([`crate::stats`]).
@@ -428,29 +512,26 @@ pub(crate) fn create(
                 access: 0,
                 ord: MAX_IRD_ORD,
                 ird: MAX_IRD_ORD,
-                sq,
-                sent,
-                rq,
-                orq,
-                irq,
-                cur_recv: None,
-                link: None,
-                sess: None,
+                q: Queues {
+                    sq,
+                    sent,
+                    rq,
+                    orq,
+                    irq,
+                    cur_recv: None,
+                    user_sq_next: 0,
+                    user_rq_next: 0,
+                },
+                conn: None,
                 rx_scheduled: false,
                 rx_again: false,
-                up_send: cq::Upcalls::default(),
-                up_recv: cq::Upcalls::default(),
-                up_event: None,
-                up_srq_limit: false,
-                up_retired: None,
-                user_sq_next: 0,
-                user_rq_next: 0,
+                owed: Owed::default(),
             },
             "rsiw::QpData::inner"
         ),
         outbox <- new_mutex!(outbox, "rsiw::QpData::outbox"),
         tx_work <- kernel::new_qp_work!(tx::run, "rsiw::QpData::tx_work"),
-        rx_work <- kernel::new_qp_work!(rx::rx_work, "rsiw::QpData::rx_work"),
+        rx_work <- kernel::new_qp_work!(rx::receive_work, "rsiw::QpData::rx_work"),
         counters: crate::stats::Counters::new(),
         counter_id: AtomicU32::new(0),
         counter_base: crate::stats::Counters::new(),
@@ -474,51 +555,56 @@ fn flush_wc(qp: &Qp<Rsiw>, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
 /// Moves the QP to ERROR and completes everything not yet completed with
 /// `IB_WC_WR_FLUSH_ERR`, oldest first: outstanding Reads (posted before anything still in the
 /// send queue), then the send queue; the receive being filled, then the receive queue.
-fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+///
+/// Returns the link of the connection the QP had, for the caller to drop (or hand back to its
+/// owner) once the lock is released.
+fn enter_error(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Option<link::Link> {
     let was_error = inner.state == QpState::Error;
     inner.state = QpState::Error;
-    if let Some(s) = inner.sess.take() {
-        // Once in ERROR no session is made before the lock is dropped, so none is pending.
-        inner.up_retired = Some(s);
-    }
-    while let Some(e) = inner.orq.pop() {
+    let conn = inner.conn.take();
+    let (q, owed) = (&mut inner.q, &mut inner.owed);
+    while let Some(e) = q.orq.pop() {
         if !e.rtr {
             let up = cq::queue(
                 qp.send_cq(),
                 flush_wc(qp, e.wr_id, WcOpcode::RdmaRead),
                 false,
             );
-            inner.up_send.add(up);
+            owed.send.add(up);
         }
     }
-    inner.irq.clear();
+    q.irq.clear();
     // Done but unreleased work requests first: they are older than the queued ones.
-    while let Some(e) = inner.sent.pop() {
+    while let Some(e) = q.sent.pop() {
         let mut wc = flush_wc(qp, e.wr_id, e.opcode);
         if e.status != WcStatus::Success {
             wc.status = e.status;
         }
         let up = cq::queue(qp.send_cq(), wc, false);
-        inner.up_send.add(up);
+        owed.send.add(up);
     }
-    while let Some(e) = inner.sq.pop() {
+    while let Some(e) = q.sq.pop() {
         let up = cq::queue(qp.send_cq(), flush_wc(qp, e.wr_id, e.op.wc_opcode()), false);
-        inner.up_send.add(up);
+        owed.send.add(up);
     }
     // What user space posted that was not taken yet.
-    pull_user_sq(qp, inner);
-    if let Some(e) = inner.cur_recv.take() {
+    pull_user_sq(qp, QpState::Error, q, owed);
+    if let Some(e) = q.cur_recv.take() {
         let up = cq::queue(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
-        inner.up_recv.add(up);
+        owed.recv.add(up);
     }
-    while let Some(e) = inner.rq.pop() {
+    while let Some(e) = q.rq.pop() {
         let up = cq::queue(qp.recv_cq(), flush_wc(qp, e.wr_id, WcOpcode::Recv), false);
-        inner.up_recv.add(up);
+        owed.recv.add(up);
     }
-    flush_user_rq(qp, inner);
+    flush_user_rq(qp, q, owed);
     if !was_error && qp.data().srq.is_some() {
-        inner.up_event = Some(QpEvent::LastWqeReached);
+        owed.event = Some(QpEvent::LastWqeReached);
     }
+    let Conn { link, sess } = conn?;
+    // Once in ERROR no session is made before the lock is dropped, so none is pending.
+    owed.retired = Some(sess);
+    Some(link)
 }
 
 /// Applies a consumer's `ib_modify_qp`.
@@ -540,11 +626,9 @@ pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
     let mut closed = None;
     if let Some(to) = m.state {
         let from = inner.state;
-        if matches!(to, QpState::Error | QpState::Sqd) {
-            closed = inner.link.take().map(|l| (l, to == QpState::Sqd));
-        }
+        let graceful = to == QpState::Sqd;
         match (from, to) {
-            (_, QpState::Error) => enter_error(qp, &mut inner),
+            (_, QpState::Error) => closed = enter_error(qp, &mut inner).map(|l| (l, graceful)),
             (QpState::Reset | QpState::Init, QpState::Init)
             | (QpState::Init | QpState::Rtr, QpState::Rtr) => {
                 inner.state = to;
@@ -555,7 +639,9 @@ pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
             // RTS is reached only through the connection manager; the consumer closes a
             // connected QP with SQD (graceful) or ERROR (abortive). Without a connection, a
             // graceful close is immediate.
-            (QpState::Rts, QpState::Sqd) => enter_error(qp, &mut inner),
+            (QpState::Rts, QpState::Sqd) => {
+                closed = enter_error(qp, &mut inner).map(|l| (l, graceful))
+            }
             _ => return Err(EINVAL),
         }
         if inner.state == QpState::Error {
@@ -584,11 +670,15 @@ pub(crate) fn modify(qp: &Qp<Rsiw>, m: &QpModify) -> Result {
 pub(crate) fn fill_res(qp: &Qp<Rsiw>, d: &mut ResDetails<'_>) -> Result {
     let (n, role, sizes, sock) = {
         let inner = lock(qp);
-        let Some(link) = inner.link.as_ref() else {
+        let Some(Conn { link, sess }) = inner.conn.as_ref() else {
             return Ok(());
         };
-        let sizes = inner.sess.as_ref().map(|s| s.tx.sizes());
-        (link.negotiated, link.role, sizes, link.socket.clone())
+        (
+            link.negotiated,
+            link.role,
+            sess.tx.sizes(),
+            link.socket.clone(),
+        )
     };
     let rtr = |t: Option<RtrType>| match t {
         None => "none",
@@ -620,10 +710,9 @@ pub(crate) fn fill_res(qp: &Qp<Rsiw>, d: &mut ResDetails<'_>) -> Result {
     d.put_u32(c_str!("large_fpdu"), n.large_fpdu.into())?;
     d.put_u32(c_str!("ird"), n.ird.into())?;
     d.put_u32(c_str!("ord"), n.ord.into())?;
-    if let Some((mss, mulpdu)) = sizes {
-        d.put_u32(c_str!("mss"), mss)?;
-        d.put_u32(c_str!("mulpdu"), mulpdu.into())?;
-    }
+    let (mss, mulpdu) = sizes;
+    d.put_u32(c_str!("mss"), mss)?;
+    d.put_u32(c_str!("mulpdu"), mulpdu.into())?;
     if let Ok(a) = sock.local_addr() {
         d.put_fmt(c_str!("laddr"), format_args!("{}", a))?;
     }
@@ -709,11 +798,11 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
     match inner.state {
         QpState::Error => {
             let up = cq::queue(qp.send_cq(), flush_wc(qp, wr.wr_id, opcode), false);
-            inner.up_send.add(up);
+            inner.owed.send.add(up);
             Ok(())
         }
         QpState::Rts => {
-            if inner.sq.len() + inner.sent.len() >= d.cap.max_send_wr as usize {
+            if inner.q.sq.len() + inner.q.sent.len() >= d.cap.max_send_wr as usize {
                 return Err(ENOMEM);
             }
             let make = || SendEntry {
@@ -726,7 +815,7 @@ pub(crate) fn post_send(qp: &Qp<Rsiw>, wr: &SendWr<'_, Rsiw>) -> Result {
                 num_sge: 0,
                 inline: None,
             };
-            inner.sq.push_with(make, |e| payload.fill(e, wr))?;
+            inner.q.sq.push_with(make, |e| payload.fill(e, wr))?;
             tx::kick(qp);
             Ok(())
         }
@@ -787,10 +876,10 @@ pub(crate) fn post_recv(qp: &Qp<Rsiw>, wr: &RecvWr<'_>) -> Result {
     match inner.state {
         QpState::Error => {
             let up = cq::queue(qp.recv_cq(), flush_wc(qp, wr.wr_id, WcOpcode::Recv), false);
-            inner.up_recv.add(up);
+            inner.owed.recv.add(up);
             Ok(())
         }
-        QpState::Init | QpState::Rtr | QpState::Rts => inner.rq.push(entry).map_err(|_| ENOMEM),
+        QpState::Init | QpState::Rtr | QpState::Rts => inner.q.rq.push(entry).map_err(|_| ENOMEM),
         _ => Err(EINVAL),
     }
 }
@@ -798,15 +887,15 @@ pub(crate) fn post_recv(qp: &Qp<Rsiw>, wr: &RecvWr<'_>) -> Result {
 /// Takes the receive work request for a message that starts arriving on a QP with an SRQ (from
 /// the SRQ, noting a crossed limit for the upcalls), or `None` for a QP without one (its own
 /// receive queue is used). The QP lock is held (lock order: QP, then SRQ).
-fn take_srq_recv(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Option<RecvEntry> {
+fn take_srq_recv(qp: &Qp<Rsiw>, owed: &mut Owed) -> Option<RecvEntry> {
     let srq = qp.data().srq.as_ref()?;
     let t = srq.take();
-    inner.up_srq_limit |= t.limit_reached;
+    owed.srq_limit |= t.limit_reached;
     if let Some(wr_id) = t.invalid {
         // A user SRQ's entry this QP took but cannot use; the message then finds no receive.
         let mut wc = flush_wc(qp, wr_id, WcOpcode::Recv);
         wc.status = WcStatus::LocQpOpErr;
-        inner.up_recv.add(cq::queue(qp.recv_cq(), wc, false));
+        owed.recv.add(cq::queue(qp.recv_cq(), wc, false));
     }
     t.entry
 }
@@ -819,52 +908,29 @@ fn recv_pd(qp: &Qp<Rsiw>) -> PdId {
     }
 }
 
-/// Ends the send work request at the head of the send queue (successfully, or with `status`):
-/// it completes, if signalled or failed, once the zero-copy sends issued so far (its own last
-/// bytes among them) are released, or without zero copy once the transmit round being built
-/// was sent; and after the work requests before it.
-fn complete_sq_head(qp: &Qp<Rsiw>, inner: &mut QpInner, status: WcStatus) {
-    let Some(e) = inner.sq.pop() else { return };
-    let wait = inner.sess.as_ref().map_or(0, |s| match &s.zc {
-        Some(z) => z.issued(),
-        None => s.tx_round,
-    });
-    let sent = SentEntry {
-        wr_id: e.wr_id,
-        opcode: e.op.wc_opcode(),
-        signaled: e.signaled,
-        status,
-        wait,
-    };
-    if let Err(sent) = inner.sent.push(sent) {
-        // Cannot happen: `post_send` keeps both queues within the send queue's size. Complete
-        // it at once rather than lose it.
-        emit_sent(qp, inner, sent);
-    }
-    reap_sent(qp, inner);
-}
-
-/// Completes the done work requests whose zero-copy sends were all released (or whose round
-/// was sent), in order.
-fn reap_sent(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+/// Completes the done work requests whose wait is at most `released` ([`Session::released`];
+/// `u64::MAX` without a connection), in order.
+fn reap_sent(qp: &Qp<Rsiw>, q: &mut Queues, owed: &mut Owed, released: u64) {
     let mut freed = false;
-    let released = inner.sess.as_ref().map_or(u64::MAX, |s| match &s.zc {
-        Some(z) => z.released(),
-        None => s.tx_rounds_sent,
-    });
-    while let Some(e) = inner.sent.front() {
+    while let Some(e) = q.sent.front() {
         if e.wait > released {
             break;
         }
-        if let Some(e) = inner.sent.pop() {
-            emit_sent(qp, inner, e);
+        if let Some(e) = q.sent.pop() {
+            emit_sent(qp, owed, e);
             freed = true;
         }
     }
-    if freed && user_sq_posted(qp, inner) {
+    if freed && user_sq_posted(qp, q) {
         // Entries wait in the user ring for room in the send queue.
         tx::kick(qp);
     }
+}
+
+/// [`reap_sent`] with what `inner`'s connection released.
+fn reap_released(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+    let released = inner.sess().map_or(u64::MAX, |s| s.released());
+    reap_sent(qp, &mut inner.q, &mut inner.owed, released);
 }
 
 /// The doorbell of a user QP: takes what user space posted into the send queue and starts
@@ -874,20 +940,21 @@ pub(crate) fn doorbell(qp: &Qp<Rsiw>) -> Result {
     if qp.data().user.is_none() {
         return Ok(());
     }
-    let mut inner = lock(qp);
+    let mut locked = lock(qp);
+    let inner = &mut *locked;
     match inner.state {
         QpState::Rts => {
-            let idle = inner.sq.is_empty()
-                && inner.irq.is_empty()
-                && inner.sess.as_ref().is_some_and(|s| s.tx.is_idle());
-            pull_user_sq(qp, &mut inner);
+            let q = &mut inner.q;
+            let idle = q.sq.is_empty()
+                && q.irq.is_empty()
+                && inner.conn.as_ref().is_some_and(|c| c.sess.tx.is_idle());
+            pull_user_sq(qp, QpState::Rts, q, &mut inner.owed);
             let direct = idle
-                && inner.sq.len() == 1
-                && inner
-                    .sq
+                && q.sq.len() == 1
+                && q.sq
                     .front()
                     .is_some_and(|e| e.wire_payload() <= DIRECT_TX_MAX);
-            drop(inner);
+            drop(locked);
             // Short work on an idle queue goes out in the caller's context, as the C siw
             // sends user work: no hand-over to the work item, whose wake-up would add to the
             // message's latency. Everything else goes to the work item: transmitting bulk
@@ -900,7 +967,7 @@ pub(crate) fn doorbell(qp: &Qp<Rsiw>) -> Result {
             Ok(())
         }
         QpState::Error => {
-            pull_user_sq(qp, &mut inner);
+            pull_user_sq(qp, inner.state, &mut inner.q, &mut inner.owed);
             Ok(())
         }
         _ => Err(enotconn()),
@@ -911,31 +978,31 @@ pub(crate) fn doorbell(qp: &Qp<Rsiw>) -> Result {
 const DIRECT_TX_MAX: u64 = 4096;
 
 /// Whether user space posted a send entry not taken yet.
-fn user_sq_posted(qp: &Qp<Rsiw>, inner: &QpInner) -> bool {
+fn user_sq_posted(qp: &Qp<Rsiw>, q: &Queues) -> bool {
     qp.data()
         .user
         .as_ref()
-        .is_some_and(|u| u.sq.is_posted(inner.user_sq_next))
+        .is_some_and(|u| u.sq.is_posted(q.user_sq_next))
 }
 
 /// Takes a user QP's new send entries, in RTS while the send queue has room; in ERROR all of
-/// them, flushed. Bounded by the ring's size per call.
-fn pull_user_sq(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+/// them, flushed (`state` is the QP's). Bounded by the ring's size per call.
+fn pull_user_sq(qp: &Qp<Rsiw>, state: QpState, q: &mut Queues, owed: &mut Owed) {
     let d = qp.data();
     let Some(u) = d.user.as_ref() else { return };
+    let flushing = match state {
+        QpState::Error => true,
+        QpState::Rts => false,
+        _ => return,
+    };
     for _ in 0..u.sq.size() {
-        let flushing = match inner.state {
-            QpState::Error => true,
-            QpState::Rts => false,
-            _ => return,
-        };
-        if !flushing && inner.sq.len() + inner.sent.len() >= d.cap.max_send_wr as usize {
+        if !flushing && q.sq.len() + q.sent.len() >= d.cap.max_send_wr as usize {
             return;
         }
-        let Some(copy) = u.sq.take(inner.user_sq_next) else {
+        let Some(copy) = u.sq.take(q.user_sq_next) else {
             return;
         };
-        inner.user_sq_next = inner.user_sq_next.wrapping_add(1);
+        q.user_sq_next = q.user_sq_next.wrapping_add(1);
         let e = uabi::parse_sqe(&copy, d.sig_all);
         if flushing {
             let mut wc = flush_wc(qp, e.wr_id, e.op.wc_opcode());
@@ -943,12 +1010,12 @@ fn pull_user_sq(qp: &Qp<Rsiw>, inner: &mut QpInner) {
                 wc.status = WcStatus::LocQpOpErr;
             }
             let up = cq::queue(qp.send_cq(), wc, false);
-            inner.up_send.add(up);
-        } else if let Err(e) = inner.sq.push(e) {
+            owed.send.add(up);
+        } else if let Err(e) = q.sq.push(e) {
             // Cannot happen: room was checked above. Complete it rather than lose it.
             let mut wc = flush_wc(qp, e.wr_id, e.op.wc_opcode());
             wc.status = WcStatus::LocQpOpErr;
-            inner.up_send.add(cq::queue(qp.send_cq(), wc, false));
+            owed.send.add(cq::queue(qp.send_cq(), wc, false));
         }
     }
 }
@@ -957,50 +1024,50 @@ fn pull_user_sq(qp: &Qp<Rsiw>, inner: &mut QpInner) {
 /// user space posted. An invalid one completes at once with `IB_WC_LOC_QP_OP_ERR` (every older
 /// receive has completed), and the message then finds no receive: the connection ends with a
 /// Terminate.
-fn pull_user_rq(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+fn pull_user_rq(qp: &Qp<Rsiw>, q: &mut Queues, owed: &mut Owed) {
     let Some(rq) = qp.data().user.as_ref().and_then(|u| u.rq.as_ref()) else {
         return;
     };
-    if inner.cur_recv.is_some() || !inner.rq.is_empty() {
+    if q.cur_recv.is_some() || !q.rq.is_empty() {
         return;
     }
-    let Some(copy) = rq.take(inner.user_rq_next) else {
+    let Some(copy) = rq.take(q.user_rq_next) else {
         return;
     };
-    inner.user_rq_next = inner.user_rq_next.wrapping_add(1);
+    q.user_rq_next = q.user_rq_next.wrapping_add(1);
     match uabi::parse_rqe(&copy) {
         Some(r) => {
             // The queue was empty, so there is room.
-            let _ = inner.rq.push(r);
+            let _ = q.rq.push(r);
         }
         None => {
             let mut wc = flush_wc(qp, uabi::entry_id(&copy), WcOpcode::Recv);
             wc.status = WcStatus::LocQpOpErr;
-            inner.up_recv.add(cq::queue(qp.recv_cq(), wc, false));
+            owed.recv.add(cq::queue(qp.recv_cq(), wc, false));
         }
     }
 }
 
 /// Flushes what user space posted to a user QP's receive ring and was not taken yet.
-fn flush_user_rq(qp: &Qp<Rsiw>, inner: &mut QpInner) {
+fn flush_user_rq(qp: &Qp<Rsiw>, q: &mut Queues, owed: &mut Owed) {
     let Some(rq) = qp.data().user.as_ref().and_then(|u| u.rq.as_ref()) else {
         return;
     };
     for _ in 0..rq.size() {
-        let Some(copy) = rq.take(inner.user_rq_next) else {
+        let Some(copy) = rq.take(q.user_rq_next) else {
             return;
         };
-        inner.user_rq_next = inner.user_rq_next.wrapping_add(1);
+        q.user_rq_next = q.user_rq_next.wrapping_add(1);
         let mut wc = flush_wc(qp, uabi::entry_id(&copy), WcOpcode::Recv);
         if uabi::parse_rqe(&copy).is_none() {
             wc.status = WcStatus::LocQpOpErr;
         }
-        inner.up_recv.add(cq::queue(qp.recv_cq(), wc, false));
+        owed.recv.add(cq::queue(qp.recv_cq(), wc, false));
     }
 }
 
 /// Queues the completion of a done work request, if it is signalled or failed.
-fn emit_sent(qp: &Qp<Rsiw>, inner: &mut QpInner, e: SentEntry) {
+fn emit_sent(qp: &Qp<Rsiw>, owed: &mut Owed, e: SentEntry) {
     if e.signaled || e.status != WcStatus::Success {
         let wc = WorkCompletion {
             wr_id: e.wr_id,
@@ -1010,6 +1077,6 @@ fn emit_sent(qp: &Qp<Rsiw>, inner: &mut QpInner, e: SentEntry) {
             qp: qp.handle(),
             invalidated_rkey: None,
         };
-        inner.up_send.add(cq::queue(qp.send_cq(), wc, false));
+        owed.send.add(cq::queue(qp.send_cq(), wc, false));
     }
 }

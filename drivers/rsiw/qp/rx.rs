@@ -2,10 +2,11 @@
 
 //! The receive path: FPDUs from the socket's buffers, placed straight into consumer memory.
 //!
-//! [`rx_ready`] walks the queued socket buffers with `tcp_read_sock` and feeds them to the
-//! protocol core's [`RxStream`], holding the QP lock. It runs in the socket's `data_ready` upcall
-//! (softirq, socket locked) for short messages, and in a work item for bulk data
-//! ([`data_ready`]), so that placing data can proceed on another CPU than receiving it. Each segment's header is validated against the
+//! [`receive`] walks the queued socket buffers with `tcp_read_sock` and feeds them to the
+//! protocol core's [`RxStream`], holding the QP lock. The socket's `data_ready` upcall
+//! (softirq, socket locked) reaches [`receive_or_defer`], which runs it there for short
+//! messages and hands bulk data to a work item ([`receive_work`]), so that placing data can
+//! proceed on another CPU than receiving it. Each segment's header is validated against the
 //! connection's state before a single payload octet is placed: tagged segments against the
 //! STag table (valid, key, PD, rights, bounds), Read Responses against the outstanding Read,
 //! Sends against the receive queue and the DDP sequence numbers.
@@ -15,8 +16,9 @@
 //! FPDU ahead in the socket's queue, without consuming it, and payload is then copied from the
 //! socket buffers straight into the target pages (a second pass over the same, cache-hot,
 //! bytes). An FPDU not all received yet goes through a per-connection bounce buffer instead:
-//! waiting for its rest without consuming would keep TCP's receive window from reopening. A segment takes effect (completion,
-//! invalidation, Read Request queued) only after its CRC checked out.
+//! waiting for its rest without consuming would keep TCP's receive window from reopening. A
+//! segment takes effect (completion, invalidation, Read Request queued) only after its CRC
+//! checked out.
 //!
 //! Any violation queues a Terminate with the RFC's Layer/EType/Code for the transmit path,
 //! reports `IB_EVENT_QP_FATAL` (or `IB_EVENT_QP_ACCESS_ERR`), logs a line naming the device,
@@ -25,8 +27,8 @@
 
 #![deny(unsafe_code)]
 
-use super::{lock, tx, IrqEntry, QpInner};
-use crate::wqe::{RecvEntry, MAX_SGE};
+use super::{lock, tx, IrqEntry, QpInner, Round};
+use crate::wqe::RecvEntry;
 use crate::{
     cq,
     crc::CountedCrc32c,
@@ -48,7 +50,7 @@ use kernel::{
     prelude::*,
     rdma::{
         mr::KernelRange,
-        qp::{Qp, QpEvent, QpRef, QpState, Queued, Sge},
+        qp::{Qp, QpEvent, QpRef, Queued, Sge},
         verbs::{WcOpcode, WcStatus, WorkCompletion},
     },
     sync::Arc,
@@ -65,8 +67,8 @@ enum Target {
         to: u64,
     },
     /// The sink of the outstanding Read at the head of the ORQ, at this offset.
-    ReadResponse { base: u32 },
-    /// The receive being filled, at this message offset.
+    ReadResponse { sink: Sge, base: u32 },
+    /// The receive being filled (the queues' `cur_recv`), at this message offset.
     Recv { mo: u32 },
     /// A Read Request to queue once the segment checked out.
     ReadRequest(IrqEntry),
@@ -159,10 +161,10 @@ const RX_DEFER_MIN: usize = 32 * 1024;
 
 /// `data_ready` of `qp`'s socket (softirq or backlog processing, socket locked): places the
 /// queued data now, or makes sure the receive work item does.
-pub(crate) fn data_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
+pub(crate) fn receive_or_defer(qp: &Qp<Rsiw>, sk: &LockedSock) {
     {
         let mut g = lock(qp);
-        if g.link.is_none() {
+        if g.conn.is_none() {
             // Detached while its connection closes: see `discard`.
             drop(g);
             discard(sk);
@@ -187,7 +189,7 @@ pub(crate) fn data_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
             // The QP is being destroyed: nothing is placed any more anyway.
         }
     }
-    rx_ready(qp, sk);
+    receive(qp, sk);
 }
 
 /// Reads and drops everything queued on a socket whose QP no longer receives (its link is
@@ -200,14 +202,14 @@ pub(crate) fn discard(sk: &LockedSock) {
 
 /// The receive work item: reads the socket (locked as its owner, in process context) until
 /// no more data arrived while it did.
-pub(super) fn rx_work(qp: QpRef<Rsiw>) {
+pub(super) fn receive_work(qp: QpRef<Rsiw>) {
     loop {
-        let sock = lock(&qp).link.as_ref().map(|l| l.socket.clone());
+        let sock = lock(&qp).link().map(|l| l.socket.clone());
         if let Some(sock) = sock {
-            sock.with_locked(|sk| rx_ready(&qp, sk));
+            sock.with_locked(|sk| receive(&qp, sk));
         }
         let mut g = lock(&qp);
-        let again = g.rx_again && g.link.is_some();
+        let again = g.rx_again && g.conn.is_some();
         g.rx_again = false;
         if !again {
             g.rx_scheduled = false;
@@ -240,7 +242,7 @@ impl From<Error> for Stop {
 /// (an ACK) and so must not run with interrupts off. One lock round per buffer rather than per
 /// page-sized chunk of it: on bulk transfers the lock (and its lockdep bookkeeping) otherwise
 /// costs as much as the copy.
-pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
+pub(crate) fn receive(qp: &Qp<Rsiw>, sk: &LockedSock) {
     if !receiving(&lock(qp)) {
         return;
     }
@@ -250,16 +252,16 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     let _ = sk.read_sock(|skb| {
         let mut used = 0usize;
         let mut g = lock(qp);
-        if !receiving(&g) {
+        let Some(mut round) = g.round(qp).filter(|r| !r.sess.terminating()) else {
             return Consumed::Stop(0);
-        }
+        };
         let r = skb.for_each_chunk(|chunk| {
             let ahead = Ahead {
                 skb,
                 at: used,
                 window,
             };
-            match process(qp, &mut g, chunk, &ahead) {
+            match process(&mut round, chunk, &ahead) {
                 Ok(Flow::More) => {}
                 Ok(Flow::Wait(n)) => {
                     used += n;
@@ -281,8 +283,11 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
     });
     let close = match stop {
         Some(Stop::PeerTerminated) => true,
-        // A Terminate is never answered with one: then the connection closes at once.
-        Some(Stop::Fail(f)) => !terminate(qp, &mut lock(qp), f),
+        // A Terminate is never answered with one: then the connection closes at once. A QP
+        // that left RTS meanwhile is closing already.
+        Some(Stop::Fail(f)) => lock(qp)
+            .round(qp)
+            .is_some_and(|mut r| !terminate(&mut r, f)),
         Some(Stop::Wait | Stop::Unreadable) | None => false,
     };
     if close {
@@ -292,13 +297,14 @@ pub(crate) fn rx_ready(qp: &Qp<Rsiw>, sk: &LockedSock) {
 
 /// Whether the connection still takes data (in RTS, no Terminate sent or received).
 fn receiving(inner: &QpInner) -> bool {
-    inner.state == QpState::Rts && inner.sess.as_ref().is_some_and(|s| !s.terminating())
+    inner.sess().is_some_and(|s| !s.terminating())
 }
 
 /// Queues a Terminate for `f` and stops the connection. Returns `false` when no Terminate is
 /// sent because the offending segment is itself a Terminate (which is never answered with
 /// one): the caller then closes the connection at once.
-fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) -> bool {
+fn terminate(r: &mut Round<'_>, f: Fail) -> bool {
+    let qp = r.qp;
     let e = f.err;
     let of_terminate = f
         .offending
@@ -314,10 +320,8 @@ fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) -> bool {
             e.etype(),
             e.code()
         );
-        inner.up_event = Some(QpEvent::Fatal);
-        if let Some(s) = inner.sess.as_mut() {
-            s.term_sent = true;
-        }
+        r.owed.event = Some(QpEvent::Fatal);
+        r.sess.term_sent = true;
         return false;
     }
     if e == TermError::Mpa(MpaCode::Crc) {
@@ -332,14 +336,12 @@ fn terminate(qp: &Qp<Rsiw>, inner: &mut QpInner, f: Fail) -> bool {
         e.code()
     );
     let access = matches!(e, TermError::RdmapProtection(_) | TermError::DdpTagged(_));
-    inner.up_event = Some(if access {
+    r.owed.event = Some(if access {
         QpEvent::AccessError
     } else {
         QpEvent::Fatal
     });
-    if let Some(s) = inner.sess.as_mut() {
-        s.term = Some(Terminate::for_error(e, f.offending.as_ref()));
-    }
+    r.sess.term = Some(Terminate::for_error(e, f.offending.as_ref()));
     tx::kick(qp);
     true
 }
@@ -356,53 +358,46 @@ enum Flow {
 }
 
 /// Feeds one contiguous chunk of the stream through the parser.
-fn process(
-    qp: &Qp<Rsiw>,
-    inner: &mut QpInner,
-    chunk: &[u8],
-    ahead: &Ahead<'_, '_>,
-) -> Result<Flow, Fail> {
+fn process(r: &mut Round<'_>, chunk: &[u8], ahead: &Ahead<'_, '_>) -> Result<Flow, Fail> {
+    let qp = r.qp;
     let crc = CountedCrc32c::new(&qp.data().counters, Counter::RxCrcBytes);
     let mut input = chunk;
     loop {
-        let sess = inner.sess.as_mut().ok_or(Fail {
-            err: TermError::RdmapCatastrophic,
-            offending: None,
-        })?;
-        let out = sess.rx.stream.poll(input, &crc).map_err(|e| Fail {
+        let stream = &mut r.sess.rx.stream;
+        let out = stream.poll(input, &crc).map_err(|e| Fail {
             err: e.term(),
-            offending: sess.rx.stream.offending(),
+            offending: stream.offending(),
         })?;
         input = input.get(out.consumed..).unwrap_or(&[]);
         match out.event {
             RxEvent::NeedMore => return Ok(Flow::More),
             RxEvent::Header(info) => {
-                let target = on_header(qp, inner, &info).map_err(|err| Fail {
+                let target = on_header(r, &info).map_err(|err| Fail {
                     err,
                     offending: Some(info.offending()),
                 })?;
-                if let Some(s) = inner.sess.as_mut() {
-                    s.rx.cur = Some(Current {
-                        info,
-                        target,
-                        placement: Placement::Undecided,
-                    });
-                }
+                r.sess.rx.cur = Some(Current {
+                    info,
+                    target,
+                    placement: Placement::Undecided,
+                });
             }
             RxEvent::Payload { len, offset } => {
                 let at = chunk.len() - input.len();
-                if decide(&qp.data().counters, inner, ahead, ahead.at + at) == Decision::Wait {
+                if decide(&qp.data().counters, &mut r.sess.rx, ahead, ahead.at + at)
+                    == Decision::Wait
+                {
                     return Ok(Flow::Wait(at));
                 }
                 let n = len.min(input.len());
                 let (src, rest) = input.split_at(n);
-                place(qp, inner, src, offset)?;
+                place(r, src, offset)?;
                 input = rest;
             }
             RxEvent::SegmentDone => {
                 qp.data().counters.inc(Counter::RxFpdus);
-                unbounce(qp, inner)?;
-                if on_done(qp, inner)? {
+                unbounce(r)?;
+                if on_done(r)? {
                     return Ok(Flow::PeerTerminated);
                 }
             }
@@ -426,10 +421,7 @@ enum Decision {
 /// send all of the rest: then its CRC is checked ahead once it is complete, and its payload
 /// copied once. Otherwise (a window too small, which waiting would never reopen) it goes
 /// through the bounce buffer.
-fn decide(counters: &Counters, inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: usize) -> Decision {
-    let Some(rx) = inner.sess.as_mut().map(|s| &mut s.rx) else {
-        return Decision::Go;
-    };
+fn decide(counters: &Counters, rx: &mut RxState, ahead: &Ahead<'_, '_>, pos: usize) -> Decision {
     let Some(cur) = rx.cur.as_mut() else {
         return Decision::Go;
     };
@@ -491,21 +483,22 @@ fn decide(counters: &Counters, inner: &mut QpInner, ahead: &Ahead<'_, '_>, pos: 
 }
 
 /// Validates a segment's header against the connection state and picks its target.
-fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<Target, TermError> {
+fn on_header(r: &mut Round<'_>, info: &SegmentInfo) -> Result<Target, TermError> {
+    let qp = r.qp;
     let pd = qp.pd().id();
     let mut rtr = false;
-    {
-        let sess = inner.sess.as_mut().ok_or(TermError::RdmapCatastrophic)?;
-        if sess.rx.first {
-            sess.rx.first = false;
-            if sess.tx.await_rtr {
-                rtr = check_first_fpdu(&sess.rx.negotiated, info)?.is_some();
-                // The RTR arrived: the responder may transmit now.
-                sess.tx.await_rtr = false;
-                tx::kick(qp);
-            }
+    let sess = &mut *r.sess;
+    if sess.rx.first {
+        sess.rx.first = false;
+        if sess.tx.await_rtr {
+            rtr = check_first_fpdu(&sess.rx.negotiated, info)?.is_some();
+            // The RTR arrived: the responder may transmit now.
+            sess.tx.await_rtr = false;
+            tx::kick(qp);
         }
     }
+    let q = &mut *r.q;
+    let ddp = &mut r.sess.rx.ddp;
     let len = info.payload_len;
     match (info.opcode, &info.hdr) {
         (Opcode::Write, DdpHdr::Tagged(h)) => {
@@ -528,7 +521,7 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
             })
         }
         (Opcode::ReadResponse, DdpHdr::Tagged(h)) => {
-            let o = inner
+            let o = q
                 .orq
                 .front()
                 .ok_or(TermError::RdmapOperation(RdmapOperation::UnexpectedOpcode))?;
@@ -544,17 +537,17 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
                 // A response shorter than the request.
                 return Err(TermError::DdpTagged(DdpTagged::BaseBounds));
             }
-            Ok(Target::ReadResponse { base: o.placed })
+            Ok(Target::ReadResponse {
+                sink: o.sink,
+                base: o.placed,
+            })
         }
         (
             Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate,
             DdpHdr::Untagged(h),
         ) => {
-            let sess = inner.sess.as_mut().ok_or(TermError::RdmapCatastrophic)?;
             if rtr {
-                sess.rx
-                    .ddp
-                    .check_untagged(h, 0, Some(0))
+                ddp.check_untagged(h, 0, Some(0))
                     .map_err(TermError::DdpUntagged)?;
                 return Ok(Target::Discard);
             }
@@ -563,36 +556,30 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
                 mem::can_invalidate(qp.device(), pd, h.rsvd_ulp2)
                     .map_err(|_| TermError::RdmapProtection(RdmapProtection::CannotInvalidate))?;
             }
-            if inner.cur_recv.is_none() {
+            if q.cur_recv.is_none() {
                 // A new message: on a QP with an SRQ, take its receive now, atomically with
                 // respect to the SRQ's other QPs. It is this message's from here on (flushed
                 // with the QP if the segment turns out to be invalid).
-                inner.cur_recv = super::take_srq_recv(qp, inner);
+                q.cur_recv = super::take_srq_recv(qp, r.owed);
                 // A user QP's receives are in the ring user space writes.
-                super::pull_user_rq(qp, inner);
+                super::pull_user_rq(qp, q, r.owed);
             }
-            let buf = match (&inner.cur_recv, inner.rq.front()) {
-                (Some(r), _) | (None, Some(r)) => recv_len(r),
+            let buf = match (&q.cur_recv, q.rq.front()) {
+                (Some(e), _) | (None, Some(e)) => recv_len(e),
                 (None, None) => None,
             };
-            let sess = inner.sess.as_mut().ok_or(TermError::RdmapCatastrophic)?;
-            let p = sess
-                .rx
-                .ddp
+            let p = ddp
                 .check_untagged(h, len, buf)
                 .map_err(TermError::DdpUntagged)?;
-            if inner.cur_recv.is_none() {
-                inner.cur_recv = inner.rq.pop();
+            if q.cur_recv.is_none() {
+                q.cur_recv = q.rq.pop();
             }
             Ok(Target::Recv { mo: p.offset })
         }
         (Opcode::ReadRequest, DdpHdr::Untagged(h)) => {
             let rr = info.read_request.ok_or(TermError::RdmapCatastrophic)?;
-            let room = inner.irq.len() < inner.ird as usize;
-            let sess = inner.sess.as_mut().ok_or(TermError::RdmapCatastrophic)?;
-            sess.rx
-                .ddp
-                .check_untagged(h, 0, room.then_some(0))
+            let room = q.irq.len() < r.ird as usize;
+            ddp.check_untagged(h, 0, room.then_some(0))
                 .map_err(TermError::DdpUntagged)?;
             // A Read Response to a wrapping sink could never be sent: refused here, where the
             // Terminate can still copy the request's headers.
@@ -616,10 +603,7 @@ fn on_header(qp: &Qp<Rsiw>, inner: &mut QpInner, info: &SegmentInfo) -> Result<T
             }))
         }
         (Opcode::Terminate, DdpHdr::Untagged(h)) => {
-            let sess = inner.sess.as_mut().ok_or(TermError::RdmapCatastrophic)?;
-            sess.rx
-                .ddp
-                .check_untagged(h, 0, Some(0))
+            ddp.check_untagged(h, 0, Some(0))
                 .map_err(TermError::DdpUntagged)?;
             Ok(Target::Terminate)
         }
@@ -638,17 +622,22 @@ fn count_rx_payload(qp: &Qp<Rsiw>, n: usize, bounced: bool) {
     }
 }
 
+/// A receive work request's buffers.
+fn recv_sges(r: &RecvEntry) -> &[Sge] {
+    &r.sges[..usize::from(r.num_sge).min(r.sges.len())]
+}
+
 /// Total length of a receive work request's buffers.
 fn recv_len(r: &RecvEntry) -> Option<u32> {
-    mem::sges_len(r.sges.get(..usize::from(r.num_sge).min(MAX_SGE as usize))?)
+    mem::sges_len(recv_sges(r))
 }
 
 /// Copies payload octets into the start of one piece of target memory. The target is the
 /// consumer's: it is written through [`KernelRange::write`], never borrowed as a slice.
-type Copier<'a> = dyn FnMut(&[u8], &KernelRange) -> Result + 'a;
+type Copier<'a> = dyn FnMut(&[u8], &KernelRange) -> Result<(), TermError> + 'a;
 
 /// Copies the head of `src` into `dst` with `copy` and advances `src` past it.
-fn copy_into(copy: &mut Copier<'_>, src: &mut &[u8], dst: KernelRange) -> Result {
+fn copy_into(copy: &mut Copier<'_>, src: &mut &[u8], dst: KernelRange) -> Result<(), TermError> {
     let n = dst.len().min(src.len());
     let (now, rest) = src.split_at(n);
     copy(now, &dst)?;
@@ -666,18 +655,16 @@ fn catastrophic() -> Fail {
 
 /// Places payload octets `src` at `offset` of the current segment's payload, as its
 /// [`Placement`] says.
-fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<(), Fail> {
+fn place(r: &mut Round<'_>, src: &[u8], offset: u32) -> Result<(), Fail> {
+    let qp = r.qp;
     let crc = CountedCrc32c::new(&qp.data().counters, Counter::RxCrcBytes);
-    let recv = inner.cur_recv;
-    let sink = inner.orq.front().map(|o| o.sink);
-    let sess = inner.sess.as_mut().ok_or_else(catastrophic)?;
     let RxState {
         stream,
         cur,
         bounce,
         bounced,
         ..
-    } = &mut sess.rx;
+    } = &mut r.sess.rx;
     let cur = cur.as_ref().ok_or_else(catastrophic)?;
     let offending = Some(cur.info.offending());
     let places = matches!(
@@ -703,40 +690,52 @@ fn place(qp: &Qp<Rsiw>, inner: &mut QpInner, src: &[u8], offset: u32) -> Result<
             crate::knobs::count_rx_payload(false, src.len());
             count_rx_payload(qp, src.len(), false);
             // The CRC runs over the wire octets `s`, which only rsiw holds; the copy follows.
-            let mut copy = |s: &[u8], d: &KernelRange| -> Result {
-                stream.consume_payload(s, &crc).map_err(|_| EINVAL)?;
-                d.write(s)
+            let mut copy = |s: &[u8], d: &KernelRange| {
+                stream.consume_payload(s, &crc).map_err(|e| e.term())?;
+                d.write(s).map_err(|_| TermError::DdpCatastrophic)
             };
-            place_in_target(qp, &cur.target, recv, sink, src, offset, &mut copy)
+            place_in_target(
+                qp,
+                &cur.target,
+                r.q.cur_recv.as_ref(),
+                src,
+                offset,
+                &mut copy,
+            )
         }
     };
     res.map_err(|err| Fail { err, offending })
 }
 
 /// At the end of a bounced segment, whose CRC just checked out: places the held payload.
-fn unbounce(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<(), Fail> {
-    let recv = inner.cur_recv;
-    let sink = inner.orq.front().map(|o| o.sink);
-    let Some(rx) = inner.sess.as_mut().map(|s| &mut s.rx) else {
-        return Ok(());
-    };
+fn unbounce(r: &mut Round<'_>) -> Result<(), Fail> {
+    let qp = r.qp;
+    let rx = &mut r.sess.rx;
     let Some(cur) = rx.cur.as_ref().filter(|c| c.placement == Placement::Bounce) else {
         return Ok(());
     };
-    let mut copy = |s: &[u8], d: &KernelRange| d.write(s);
+    let mut copy = |s: &[u8], d: &KernelRange| d.write(s).map_err(|_| TermError::DdpCatastrophic);
     let held = rx.bounce.get(..rx.bounced).unwrap_or(&[]);
-    let res = place_in_target(qp, &cur.target, recv, sink, held, 0, &mut copy);
+    let res = place_in_target(qp, &cur.target, r.q.cur_recv.as_ref(), held, 0, &mut copy);
     let offending = Some(cur.info.offending());
     rx.bounced = 0;
     res.map_err(|err| Fail { err, offending })
+}
+
+/// The Terminate for a failed placement into our own sink (a Read's or a receive's): the copy's
+/// own, or a catastrophic one when the consumer's memory is no longer accessible.
+fn local_sink_error(e: MapError<TermError>) -> TermError {
+    match e {
+        MapError::Copy(e) => e,
+        MapError::Access(_) => TermError::DdpCatastrophic,
+    }
 }
 
 /// Copies `src` to `offset` of the payload of a segment bound for `target`.
 fn place_in_target(
     qp: &Qp<Rsiw>,
     target: &Target,
-    recv: Option<RecvEntry>,
-    sink: Option<Sge>,
+    recv: Option<&RecvEntry>,
     src: &[u8],
     offset: u32,
     copy: &mut Copier<'_>,
@@ -752,40 +751,36 @@ fn place_in_target(
             })
             .map_err(|e| match e {
                 MapError::Access(a) => a.tagged_sink_error(),
-                MapError::Copy(_) => TermError::DdpCatastrophic,
+                MapError::Copy(e) => e,
             })
         }
-        Target::ReadResponse { base } => {
-            let sink = sink.ok_or(TermError::RdmapCatastrophic)?;
+        Target::ReadResponse { sink, base } => {
             let off = u64::from(*base) + u64::from(offset);
             mem::walk_sges(
                 qp.device(),
                 pd,
-                &[sink],
+                core::slice::from_ref(sink),
                 mem::RIGHTS_LOCAL_WRITE,
                 off,
                 len,
                 |_, r| copy_into(copy, &mut rest, r),
             )
-            .map_err(|_| TermError::DdpCatastrophic)
+            .map_err(local_sink_error)
         }
         Target::Recv { mo } => {
-            let r = recv.ok_or(TermError::RdmapCatastrophic)?;
-            let sges = r
-                .sges
-                .get(..usize::from(r.num_sge))
-                .ok_or(TermError::RdmapCatastrophic)?;
+            // `on_header` took the receive before it chose this target.
+            let recv = recv.ok_or(TermError::RdmapCatastrophic)?;
             let off = u64::from(*mo) + u64::from(offset);
             mem::walk_sges(
                 qp.device(),
                 super::recv_pd(qp),
-                sges,
+                recv_sges(recv),
                 mem::RIGHTS_LOCAL_WRITE,
                 off,
                 len,
                 |_, r| copy_into(copy, &mut rest, r),
             )
-            .map_err(|_| TermError::DdpCatastrophic)
+            .map_err(local_sink_error)
         }
         // Nothing of these is placed.
         _ => Ok(()),
@@ -794,25 +789,27 @@ fn place_in_target(
 
 /// The current segment is complete and its CRC checked out: it takes effect. Returns whether
 /// it was the peer's Terminate.
-fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
-    let Some(cur) = inner.sess.as_mut().and_then(|s| s.rx.cur.take()) else {
+fn on_done(r: &mut Round<'_>) -> Result<bool, Fail> {
+    let qp = r.qp;
+    let Some(cur) = r.sess.rx.cur.take() else {
         return Ok(false);
     };
+    let (q, owed) = (&mut *r.q, &mut *r.owed);
     let offending = Some(cur.info.offending());
     let fail = |err| Fail { err, offending };
     let last = cur.info.hdr.last();
     match cur.target {
         Target::Discard | Target::Tagged { .. } => {}
         Target::ReadResponse { .. } => {
-            let Some(o) = inner.orq.front_mut() else {
+            // `on_header` checked the segment against the head of the ORQ, which only this
+            // path removes.
+            let Some(o) = q.orq.front_mut() else {
                 return Err(fail(TermError::RdmapCatastrophic));
             };
             o.placed = o.placed.saturating_add(cur.info.payload_len);
+            let o = *o;
             if last {
-                let o = inner
-                    .orq
-                    .pop()
-                    .ok_or_else(|| fail(TermError::RdmapCatastrophic))?;
+                q.orq.pop();
                 if !o.rtr {
                     let mut status = WcStatus::Success;
                     if o.invalidate_local {
@@ -830,7 +827,7 @@ fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
                             qp: qp.handle(),
                             invalidated_rkey: None,
                         };
-                        inner.up_send.add(cq::queue(qp.send_cq(), wc, false));
+                        owed.send.add(cq::queue(qp.send_cq(), wc, false));
                     }
                 }
                 // An ORD slot is free, a fence may lift.
@@ -839,10 +836,6 @@ fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
         }
         Target::Recv { mo } => {
             if last {
-                let r = inner
-                    .cur_recv
-                    .take()
-                    .ok_or_else(|| fail(TermError::RdmapCatastrophic))?;
                 let mut invalidated = None;
                 if cur.info.opcode.invalidates() {
                     let stag = match cur.info.hdr {
@@ -851,16 +844,18 @@ fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
                     };
                     let pd = qp.pd().id();
                     if mem::invalidate(qp.device(), pd, stag).is_err() {
-                        // Put the receive back: it is flushed with the QP.
-                        inner.cur_recv = Some(r);
+                        // The receive stays: it is flushed with the QP.
                         return Err(fail(TermError::RdmapProtection(
                             RdmapProtection::CannotInvalidate,
                         )));
                     }
                     invalidated = Some(stag);
                 }
+                let Some(recv) = q.cur_recv.take() else {
+                    return Err(fail(TermError::RdmapCatastrophic));
+                };
                 let wc = WorkCompletion {
-                    wr_id: r.wr_id,
+                    wr_id: recv.wr_id,
                     status: WcStatus::Success,
                     opcode: WcOpcode::Recv,
                     byte_len: mo.saturating_add(cur.info.payload_len),
@@ -868,11 +863,11 @@ fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
                     invalidated_rkey: invalidated,
                 };
                 let solicited = cur.info.opcode.solicited();
-                inner.up_recv.add(cq::queue(qp.recv_cq(), wc, solicited));
+                owed.recv.add(cq::queue(qp.recv_cq(), wc, solicited));
             }
         }
         Target::ReadRequest(entry) => {
-            if inner.irq.push(entry).is_err() {
+            if q.irq.push(entry).is_err() {
                 return Err(fail(TermError::DdpUntagged(DdpUntagged::NoBuffer)));
             }
             tx::kick(qp);
@@ -892,11 +887,9 @@ fn on_done(qp: &Qp<Rsiw>, inner: &mut QpInner) -> Result<bool, Fail> {
                     c.code
                 );
             }
-            inner.up_event = Some(QpEvent::Fatal);
-            if let Some(s) = inner.sess.as_mut() {
-                // Nothing more is sent after a Terminate was received (RFC 5040 §5.3).
-                s.term_sent = true;
-            }
+            owed.event = Some(QpEvent::Fatal);
+            // Nothing more is sent after a Terminate was received (RFC 5040 §5.3).
+            r.sess.term_sent = true;
             return Ok(true);
         }
     }

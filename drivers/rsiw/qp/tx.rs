@@ -37,7 +37,7 @@
 
 #![deny(unsafe_code)]
 
-use super::{complete_sq_head, link, lock, IrqEntry, OrqEntry, QpInner};
+use super::{link, lock, IrqEntry, OrqEntry, QpInner, Queues, Round};
 use crate::wqe::{SendKind, MAX_SGE, NO_SGE};
 use crate::{
     crc::CountedCrc32c,
@@ -58,7 +58,7 @@ use kernel::{
     new_spinlock_irq,
     prelude::*,
     rdma::{
-        qp::{Qp, QpRef, QpState},
+        qp::{Qp, QpRef},
         verbs::{PdId, WcStatus},
     },
     sync::Arc,
@@ -341,8 +341,8 @@ struct Pending {
     terminates: bool,
 }
 
-/// What one round produced.
-enum Round {
+/// What one round built.
+enum Built {
     /// Nothing to send; the work item ended.
     Idle,
     /// Nothing could be built for want of memory: the work item ends and runs again later.
@@ -373,24 +373,30 @@ pub(super) fn run(qp: QpRef<Rsiw>) {
             tcp_copies: false,
             spliced: false,
         };
-        let (round, number) = {
+        let (built, number) = {
             let mut g = lock(&qp);
+            let inner = &mut *g;
             // Zero-copy sends released since the last round let work requests complete.
-            super::reap_sent(&qp, &mut g);
+            super::reap_released(&qp, inner);
             // What user space posted since (a user QP's ring).
-            super::pull_user_sq(&qp, &mut g);
-            let r = fill(&qp, &mut g, &mut stage);
-            let number = round_out(&mut g);
-            if matches!(r, Round::Idle | Round::NoMemory) {
+            super::pull_user_sq(&qp, inner.state, &mut inner.q, &mut inner.owed);
+            let (built, number) = match inner.round(&qp) {
+                Some(mut r) => {
+                    let built = fill(&mut r, &mut stage);
+                    (built, round_out(r.sess))
+                }
+                None => (Built::Idle, 0),
+            };
+            if matches!(built, Built::Idle | Built::NoMemory) {
                 // Nothing staged: what ended in this round is done.
-                rounds_sent(&qp, &mut g, number);
+                rounds_sent(&qp, inner, number);
             }
-            (r, number)
+            (built, number)
         };
-        let (sock, terminates) = match round {
-            Round::Send { sock, terminates } => (sock, terminates),
-            Round::Idle => return,
-            Round::NoMemory => {
+        let (sock, terminates) = match built {
+            Built::Send { sock, terminates } => (sock, terminates),
+            Built::Idle => return,
+            Built::NoMemory => {
                 retry_later(&qp);
                 return;
             }
@@ -437,11 +443,9 @@ fn retry_later(qp: &Qp<Rsiw>) {
 
 /// Whether `sock` is still the socket of `qp`'s connection, in RTS.
 fn still_connected(qp: &Qp<Rsiw>, sock: &Arc<TcpSocket>) -> bool {
-    let g = lock(qp);
-    g.state == QpState::Rts
-        && g.link
-            .as_ref()
-            .is_some_and(|l| Arc::ptr_eq(&l.socket, sock))
+    lock(qp)
+        .link()
+        .is_some_and(|l| Arc::ptr_eq(&l.socket, sock))
 }
 
 /// Hands what is left of round `p` (in `batch`) to TCP without blocking. Returns whether the
@@ -490,23 +494,18 @@ fn send_round(
 
 /// Ends the round being built: returns its number. Work requests that end from now on wait
 /// for the next round.
-fn round_out(inner: &mut QpInner) -> u64 {
-    match inner.sess.as_mut() {
-        Some(s) => {
-            let n = s.tx_round;
-            s.tx_round += 1;
-            n
-        }
-        None => 0,
-    }
+fn round_out(sess: &mut super::Session) -> u64 {
+    let n = sess.tx_round;
+    sess.tx_round += 1;
+    n
 }
 
 /// Rounds up to `number` were handed to TCP: completes the work requests that waited for them.
 fn rounds_sent(qp: &Qp<Rsiw>, inner: &mut QpInner, number: u64) {
-    if let Some(s) = inner.sess.as_mut() {
-        s.tx_rounds_sent = s.tx_rounds_sent.max(number);
+    if let Some(c) = inner.conn.as_mut() {
+        c.sess.tx_rounds_sent = c.sess.tx_rounds_sent.max(number);
     }
-    super::reap_sent(qp, inner);
+    super::reap_released(qp, inner);
 }
 
 /// Why building an FPDU stopped.
@@ -520,93 +519,58 @@ enum BuildError {
 }
 
 /// Builds FPDUs into `stage` until a batch is full or nothing is left to send now.
-fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
-    let sock = match (&inner.link, inner.state) {
-        (Some(l), QpState::Rts) => l.socket.clone(),
-        _ => return Round::Idle,
+fn fill(r: &mut Round<'_>, stage: &mut Stage<'_>) -> Built {
+    let qp = r.qp;
+    let sock = r.link.socket.clone();
+    r.sess.tx.resize(sock.mss(), sock.gso_segs());
+    let send = |terminates| Built::Send {
+        sock: sock.clone(),
+        terminates,
     };
-    if let Some(s) = inner.sess.as_mut() {
-        s.tx.resize(sock.mss(), sock.gso_segs());
-    }
     loop {
-        let Some(sess) = inner.sess.as_mut() else {
-            return Round::Idle;
-        };
-        if sess.term_sent {
-            return Round::Idle;
+        if r.sess.term_sent {
+            return Built::Idle;
         }
-        if let Some(term) = sess.term.take() {
-            sess.term_sent = true;
+        if let Some(term) = r.sess.term.take() {
+            r.sess.term_sent = true;
             qp.data()
                 .counters
                 .inc(stats::terminate_counter(true, term.ctrl.layer));
             // A Terminate ends the stream: drop a half-built batch's successor, keep what is
             // staged (whole FPDUs) and append the Terminate.
-            let mut tx = sess.tx;
+            let tx = &mut r.sess.tx;
             if let Some(msn) = tx.ddp.take_msn(QN_TERMINATE) {
                 if let Ok(seg) = Segmenter::new(TxOp::Terminate { msn, term }, 0, tx.mulpdu) {
                     let mut job = Job {
                         source: Source::None,
                         seg,
                     };
-                    let _ = emit(
-                        qp,
-                        inner,
-                        &mut tx,
-                        &mut job,
-                        stage,
-                        usize::MAX,
-                        TERM_FRAGS_MAX,
-                    );
+                    let _ = emit(r, &mut job, stage, usize::MAX, TERM_FRAGS_MAX);
                 }
             }
-            return Round::Send {
-                sock,
-                terminates: true,
-            };
+            return send(true);
         }
         if stage.len() >= BATCH {
-            return Round::Send {
-                sock,
-                terminates: false,
-            };
+            return send(false);
         }
-        let mut tx = sess.tx;
-        let mut job = match tx.job.take() {
-            Some(j) => j,
-            None => match next_job(qp, inner, &mut tx) {
-                Some(j) => j,
-                None => {
-                    if let Some(s) = inner.sess.as_mut() {
-                        s.tx = tx;
-                    }
-                    return if stage.is_empty() {
-                        Round::Idle
-                    } else {
-                        Round::Send {
-                            sock,
-                            terminates: false,
-                        }
-                    };
-                }
-            },
+        let job = r.sess.tx.job.take().or_else(|| next_job(r));
+        let Some(mut job) = job else {
+            return if stage.is_empty() {
+                Built::Idle
+            } else {
+                send(false)
+            };
         };
-        let res = emit(qp, inner, &mut tx, &mut job, stage, BATCH, FPDU_FRAGS_MAX);
-        match res {
-            Ok(true) => job_done(qp, inner, job),
-            Ok(false) => tx.job = Some(job),
+        match emit(r, &mut job, stage, BATCH, FPDU_FRAGS_MAX) {
+            Ok(true) => job_done(r, job),
+            Ok(false) => r.sess.tx.job = Some(job),
             Err(BuildError::NoMemory) => {
                 // The FPDU was taken back: send what is staged and build it again next round.
-                tx.job = Some(job);
-                if let Some(s) = inner.sess.as_mut() {
-                    s.tx = tx;
-                }
-                if stage.is_empty() {
-                    return Round::NoMemory;
-                }
-                return Round::Send {
-                    sock,
-                    terminates: false,
+                r.sess.tx.job = Some(job);
+                return if stage.is_empty() {
+                    Built::NoMemory
+                } else {
+                    send(false)
                 };
             }
             Err(BuildError::Local) => {
@@ -619,34 +583,25 @@ fn fill(qp: &Qp<Rsiw>, inner: &mut QpInner, stage: &mut Stage<'_>) -> Round {
                     qp.qpn()
                 );
                 if job.source == Source::SqHead {
-                    complete_sq_head(qp, inner, WcStatus::LocProtErr);
+                    r.complete_sq_head(WcStatus::LocProtErr);
                 }
-                if let Some(s) = inner.sess.as_mut() {
-                    s.tx = tx;
-                    s.term = Some(Terminate::for_error(
-                        crate::proto::error::TermError::RdmapCatastrophic,
-                        None,
-                    ));
-                }
-                continue;
+                r.sess.term = Some(Terminate::for_error(
+                    crate::proto::error::TermError::RdmapCatastrophic,
+                    None,
+                ));
             }
             Err(BuildError::Remote(e)) => {
-                if let Some(s) = inner.sess.as_mut() {
-                    s.tx = tx;
-                    s.term = Some(Terminate::for_error(e.read_source_error(), None));
-                }
-                continue;
+                r.sess.term = Some(Terminate::for_error(e.read_source_error(), None));
             }
-        }
-        if let Some(s) = inner.sess.as_mut() {
-            s.tx = tx;
         }
     }
 }
 
 /// Picks the next message to send, or `None` if there is nothing to send now. Local
 /// operations at the head of the send queue run here, in order.
-fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job> {
+fn next_job(r: &mut Round<'_>) -> Option<Job> {
+    let qp = r.qp;
+    let tx = &mut r.sess.tx;
     if let Some(t) = tx.rtr.take() {
         let op = match t {
             RtrType::Write => TxOp::Write { stag: 0, to: 0 },
@@ -664,7 +619,7 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
                     rtr: true,
                     placed: 0,
                 };
-                inner.orq.push(rtr).ok()?;
+                r.q.orq.push(rtr).ok()?;
                 TxOp::ReadRequest {
                     msn: tx.ddp.take_msn(QN_READ_REQUEST)?,
                     req: ReadRequest {
@@ -686,12 +641,12 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
     if tx.await_rtr {
         return None;
     }
-    if let Some(r) = inner.irq.front() {
+    if let Some(e) = r.q.irq.front() {
         let op = TxOp::ReadResponse {
-            stag: r.sink_stag,
-            to: r.sink_to,
+            stag: e.sink_stag,
+            to: e.sink_to,
         };
-        if let Ok(seg) = Segmenter::new(op, r.size, tx.mulpdu) {
+        if let Ok(seg) = Segmenter::new(op, e.size, tx.mulpdu) {
             return Some(Job {
                 source: Source::IrqHead,
                 seg,
@@ -700,19 +655,17 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
         // The receiver refuses a Read Request whose response cannot be cut into segments
         // (`ReadRequest::check_sink`); should one get here anyway, end the connection: waiting
         // would hold up the send queue behind it for good.
-        if let Some(s) = inner.sess.as_mut() {
-            s.term = Some(Terminate::for_error(
-                crate::proto::error::TermError::RdmapCatastrophic,
-                None,
-            ));
-        }
+        r.sess.term = Some(Terminate::for_error(
+            crate::proto::error::TermError::RdmapCatastrophic,
+            None,
+        ));
         // The work item runs another round, which sends the Terminate.
         kick(qp);
         return None;
     }
     loop {
-        let e = inner.sq.front()?;
-        if e.fence && !inner.orq.is_empty() {
+        let e = r.q.sq.front()?;
+        if e.fence && !r.q.orq.is_empty() {
             return None;
         }
         let len = if let Some(i) = &e.inline {
@@ -721,11 +674,12 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
             match mem::sges_len(&e.sges[..usize::from(e.num_sge).min(MAX_SGE as usize)]) {
                 Some(l) => l,
                 None => {
-                    complete_sq_head(qp, inner, super::WcStatus::LocLenErr);
+                    r.complete_sq_head(WcStatus::LocLenErr);
                     continue;
                 }
             }
         };
+        let tx = &mut r.sess.tx;
         let (op, source, len) = match e.op.clone() {
             SendKind::RegMr {
                 mr,
@@ -737,11 +691,11 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
                     Ok(()) => WcStatus::Success,
                     Err(_) => WcStatus::LocProtErr,
                 };
-                complete_sq_head(qp, inner, st);
+                r.complete_sq_head(st);
                 continue;
             }
             SendKind::Invalid => {
-                complete_sq_head(qp, inner, WcStatus::LocQpOpErr);
+                r.complete_sq_head(WcStatus::LocQpOpErr);
                 continue;
             }
             SendKind::LocalInv { rkey } => {
@@ -750,7 +704,7 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
                     Ok(()) => WcStatus::Success,
                     Err(_) => WcStatus::LocProtErr,
                 };
-                complete_sq_head(qp, inner, st);
+                r.complete_sq_head(st);
                 continue;
             }
             SendKind::Send => (
@@ -782,7 +736,7 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
             SendKind::Read {
                 remote_addr, rkey, ..
             } => {
-                if inner.orq.len() >= inner.ord as usize {
+                if r.q.orq.len() >= r.ord as usize {
                     return None;
                 }
                 let sink = if e.num_sge == 0 { NO_SGE } else { e.sges[0] };
@@ -805,7 +759,7 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
         let seg = match Segmenter::new(op, len, tx.mulpdu) {
             Ok(s) => s,
             Err(_) => {
-                complete_sq_head(qp, inner, WcStatus::LocLenErr);
+                r.complete_sq_head(WcStatus::LocLenErr);
                 continue;
             }
         };
@@ -814,52 +768,67 @@ fn next_job(qp: &Qp<Rsiw>, inner: &mut QpInner, tx: &mut TxState) -> Option<Job>
 }
 
 /// A finished message: complete what it completes.
-fn job_done(qp: &Qp<Rsiw>, inner: &mut QpInner, job: Job) {
+fn job_done(r: &mut Round<'_>, job: Job) {
     match job.source {
         Source::IrqHead => {
-            inner.irq.pop();
+            r.q.irq.pop();
         }
-        Source::SqHead => complete_sq_head(qp, inner, WcStatus::Success),
+        Source::SqHead => r.complete_sq_head(WcStatus::Success),
         Source::None => {}
         Source::SqRead => {
             // The Read moves to the outbound read queue; it completes when its response has
             // arrived.
-            {
-                if let Some(e) = inner.sq.pop() {
-                    if let SendKind::Read {
-                        invalidate_local, ..
-                    } = e.op
-                    {
-                        let o = OrqEntry {
-                            wr_id: e.wr_id,
-                            signaled: e.signaled,
-                            sink: if e.num_sge == 0 { NO_SGE } else { e.sges[0] },
-                            invalidate_local,
-                            rtr: false,
-                            placed: 0,
-                        };
-                        // The ORD check before the request was built left room.
-                        let _ = inner.orq.push(o);
-                    }
+            if let Some(e) = r.q.sq.pop() {
+                if let SendKind::Read {
+                    invalidate_local, ..
+                } = e.op
+                {
+                    let o = OrqEntry {
+                        wr_id: e.wr_id,
+                        signaled: e.signaled,
+                        sink: if e.num_sge == 0 { NO_SGE } else { e.sges[0] },
+                        invalidate_local,
+                        rtr: false,
+                        placed: 0,
+                    };
+                    // The ORD check before the request was built left room.
+                    let _ = r.q.orq.push(o);
                 }
             }
         }
     }
 }
 
+/// Where the payload of a message comes from.
+struct PayloadFrom<'a> {
+    qp: &'a Qp<Rsiw>,
+    pd: PdId,
+    source: Source,
+    /// The queues whose head holds it.
+    q: &'a Queues,
+    /// The session's zero-copy state.
+    zc: Option<&'a ZcSession>,
+}
+
 /// Emits FPDUs of `job` into `stage` while it holds fewer than `limit` bytes and has room
 /// for an FPDU of up to `frags_max` fragments. Returns whether the message is complete.
 fn emit(
-    qp: &Qp<Rsiw>,
-    inner: &QpInner,
-    tx: &mut TxState,
+    r: &mut Round<'_>,
     job: &mut Job,
     stage: &mut Stage<'_>,
     limit: usize,
     frags_max: usize,
 ) -> Result<bool, BuildError> {
+    let qp = r.qp;
     let crc = CountedCrc32c::new(&qp.data().counters, Counter::TxCrcBytes);
-    let pd = qp.pd().id();
+    let tx = &mut r.sess.tx;
+    let from = PayloadFrom {
+        qp,
+        pd: qp.pd().id(),
+        source: job.source,
+        q: r.q,
+        zc: r.sess.zc.as_ref(),
+    };
     while !job.seg.is_done() {
         if stage.len() >= limit || stage.batch.frags_left() < frags_max {
             return Ok(false);
@@ -868,7 +837,7 @@ fn emit(
         let Some(mut f) = job.seg.next_fpdu(&mut tx.stream) else {
             break;
         };
-        let res = build_fpdu(qp, inner, pd, job.source, &mut f, stage, &crc);
+        let res = build_fpdu(&from, &mut f, stage, &crc);
         if let Err(e) = res {
             stage.batch.truncate(start);
             tx.stream = saved_stream;
@@ -881,12 +850,9 @@ fn emit(
     Ok(true)
 }
 
-/// Appends one FPDU to `stage`, its payload from the job's source.
+/// Appends one FPDU to `stage`, its payload from `from`.
 fn build_fpdu(
-    qp: &Qp<Rsiw>,
-    inner: &QpInner,
-    pd: PdId,
-    source: Source,
+    from: &PayloadFrom<'_>,
     f: &mut FpduTx,
     stage: &mut Stage<'_>,
     crc: &CountedCrc32c<'_>,
@@ -894,9 +860,7 @@ fn build_fpdu(
     let internal = |_| BuildError::Local;
     while let Some(p) = f.next_piece(crc).map_err(internal)? {
         match p {
-            TxPiece::Payload { offset, len } => {
-                add_payload(qp, inner, pd, source, offset, len, f, stage, crc)?
-            }
+            TxPiece::Payload { offset, len } => add_payload(from, offset, len, f, stage, crc)?,
             _ => stage.push(f.bytes(&p))?,
         }
     }
@@ -905,19 +869,21 @@ fn build_fpdu(
 
 /// Appends `len` payload bytes at `offset` of the message from its source (by reference where
 /// that pays and is allowed), feeding them to the FPDU's CRC.
-#[allow(clippy::too_many_arguments)]
 fn add_payload(
-    qp: &Qp<Rsiw>,
-    inner: &QpInner,
-    pd: PdId,
-    source: Source,
+    from: &PayloadFrom<'_>,
     offset: u32,
     len: u32,
     f: &mut FpduTx,
     stage: &mut Stage<'_>,
     crc: &CountedCrc32c<'_>,
 ) -> Result<(), BuildError> {
-    let zc = inner.sess.as_ref().and_then(|s| s.zc.as_ref());
+    let PayloadFrom {
+        qp,
+        pd,
+        source,
+        q,
+        zc,
+    } = *from;
     // A Read Response's source may be spliced without a token: the peer completes its Read
     // only once it has the data, so the consumer cannot reuse the memory while TCP may still
     // need it (a retransmission then only repeats what the peer has).
@@ -929,7 +895,7 @@ fn add_payload(
         |r: kernel::rdma::mr::KernelRange| add_range(r, by_ref, f, stage, crc, &qp.data().counters);
     match source {
         Source::SqHead => {
-            let e = inner.sq.front().ok_or(BuildError::Local)?;
+            let e = q.sq.front().ok_or(BuildError::Local)?;
             if let Some(i) = &e.inline {
                 let s = offset as usize;
                 let b = i.bytes.get(s..s + len as usize).ok_or(BuildError::Local)?;
@@ -956,7 +922,7 @@ fn add_payload(
             })
         }
         Source::IrqHead => {
-            let r: &IrqEntry = inner.irq.front().ok_or(BuildError::Local)?;
+            let r: &IrqEntry = q.irq.front().ok_or(BuildError::Local)?;
             let mr = r
                 .src
                 .as_ref()

@@ -109,8 +109,8 @@ enum Answer {
 
 /// What upcalls and operations share with the endpoint's work item, behind [`Conn::state`]: a
 /// spinlock that disables interrupts, as events are posted from any context (socket upcalls in
-/// softirq, `iw_cm`'s `accept` and `reject`, the data path through [`link::fatal`] and
-/// [`link::terminated`], a QP's modify or destroy). No other driver lock is taken under it.
+/// softirq, `iw_cm`'s `accept` and `reject`, the data path through [`qp::link_failed`] and
+/// [`qp::link_terminated`], a QP's modify or destroy). No other driver lock is taken under it.
 struct ConnState {
     /// Posted events not yet taken by the work item.
     events: u32,

@@ -30,7 +30,6 @@
 
 #![deny(unsafe_code)]
 
-use super::QpData;
 use crate::{device::Rsiw, proto::negotiate::Negotiated};
 use core::sync::atomic::Ordering;
 use kernel::{
@@ -87,7 +86,11 @@ pub(crate) struct Link {
 pub(crate) fn attach(qp: &Qp<Rsiw>, link: Link) -> Result {
     let sess = KBox::new(
         super::Session {
-            tx: super::tx::TxState::new(&link.negotiated, link.role, link.socket.mss()),
+            tx: super::tx::TxState::new(
+                &link.negotiated,
+                link.role == Role::Initiator,
+                link.socket.mss(),
+            ),
             rx: super::rx::RxState::new(&link.negotiated)?,
             term: None,
             term_sent: false,
@@ -136,31 +139,6 @@ pub(crate) fn detach(qp: &Qp<Rsiw>) -> Option<Link> {
     // The transmit work drops a round TCP has not taken yet.
     super::tx::kick(qp);
     link
-}
-
-/// TCP took the Terminate of `qp`'s connection (or there was one to send and it could not be
-/// built): the connection manager closes the connection once it is on the wire.
-///
-/// May be called from any context.
-pub(crate) fn terminated(qp: &Qp<Rsiw>) {
-    if let Some(owner) = owner_of(qp.data()) {
-        owner.terminated();
-    }
-}
-
-/// The data path hit a fatal error and sends no Terminate (it received one, or the socket
-/// failed): the connection manager aborts the connection.
-///
-/// May be called from any context.
-pub(crate) fn fatal(qp: &Qp<Rsiw>) {
-    if let Some(owner) = owner_of(qp.data()) {
-        owner.failed();
-    }
-}
-
-/// The owner of `d`'s link, taken out of the QP lock so that it is called without it.
-fn owner_of(d: &QpData) -> Option<Arc<dyn LinkOwner>> {
-    d.inner.lock().link().map(|l| l.owner.clone())
 }
 
 /// Data arrived on the socket of `qp`'s link (softirq context, socket locked): the receive

@@ -420,6 +420,32 @@ pub(crate) fn unbound_counts(d: &QpData) -> crate::stats::Values {
     crate::stats::difference(&own, &d.counted_bound.snapshot())
 }
 
+/// TCP took the Terminate of `qp`'s connection (or there was one to send and it could not be
+/// built): the link's owner (the connection manager) closes the connection once it is on the
+/// wire.
+///
+/// May be called from any context.
+pub(crate) fn link_terminated(qp: &Qp<Rsiw>) {
+    if let Some(owner) = link_owner(qp.data()) {
+        owner.terminated();
+    }
+}
+
+/// The data path hit a fatal error and sends no Terminate (it received one, or the socket
+/// failed): the link's owner aborts the connection.
+///
+/// May be called from any context.
+pub(crate) fn link_failed(qp: &Qp<Rsiw>) {
+    if let Some(owner) = link_owner(qp.data()) {
+        owner.failed();
+    }
+}
+
+/// The owner of `d`'s link, taken out of the QP lock so that it is called without it.
+fn link_owner(d: &QpData) -> Option<Arc<dyn link::LinkOwner>> {
+    d.inner.lock().link().map(|l| l.owner.clone())
+}
+
 /// Validates a create request, fits `attr.cap` to what the QP provides, and builds its data.
 /// `srq` is the shared receive queue of a QP created with one.
 /// A user QP's creation also returns what to tell libsiw once its number is known.

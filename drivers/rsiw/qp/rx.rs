@@ -23,7 +23,7 @@
 //! Any violation queues a Terminate with the RFC's Layer/EType/Code for the transmit path,
 //! reports `IB_EVENT_QP_FATAL` (or `IB_EVENT_QP_ACCESS_ERR`), logs a line naming the device,
 //! and stops reading; once TCP took the Terminate the QP is flushed and the connection closes
-//! behind it (see [`super::link::terminated`]).
+//! behind it (see [`super::link_terminated`]).
 
 #![deny(unsafe_code)]
 
@@ -291,7 +291,7 @@ pub(crate) fn receive(qp: &Qp<Rsiw>, sk: &LockedSock) {
         Some(Stop::Wait | Stop::Unreadable) | None => false,
     };
     if close {
-        super::link::fatal(qp);
+        super::link_failed(qp);
     }
 }
 

@@ -37,7 +37,7 @@
 
 #![deny(unsafe_code)]
 
-use super::{link, lock, IrqEntry, OrqEntry, QpInner, Queues, Round};
+use super::{link_failed, link_terminated, lock, IrqEntry, OrqEntry, QpInner, Queues, Round};
 use crate::wqe::{SendKind, MAX_SGE, NO_SGE};
 use crate::{
     crc::CountedCrc32c,
@@ -257,9 +257,9 @@ impl TxState {
         (self.mss, self.mulpdu)
     }
 
-    /// The state at the start of Full Operation, FPDUs sized for `mss`.
-    pub(crate) fn new(n: &Negotiated, role: link::Role, mss: u32) -> Self {
-        let initiator = role == link::Role::Initiator;
+    /// The state at the start of Full Operation, FPDUs sized for `mss`; `initiator` if this end
+    /// sent the MPA Request.
+    pub(crate) fn new(n: &Negotiated, initiator: bool, mss: u32) -> Self {
         let mut tx = Self {
             stream: TxStream::new(n.markers_tx, n.crc),
             ddp: DdpTx::new(),
@@ -469,7 +469,7 @@ fn send_round(
         Ok(SendProgress::Done) => {
             rounds_sent(qp, &mut lock(qp), p.number);
             if p.terminates {
-                link::terminated(qp);
+                link_terminated(qp);
                 return false;
             }
             true
@@ -486,7 +486,7 @@ fn send_round(
         // The work requests stay, to be flushed with the QP.
         Err(e) => {
             pr_debug!("QP {}: send failed: {:?}\n", qp.qpn(), e);
-            link::fatal(qp);
+            link_failed(qp);
             false
         }
     }

@@ -333,10 +333,21 @@ beside_siw() {
 	_links+=("$5")
 }
 
-# tcp_listening PORT: whether a TCP socket listens on PORT (an iWARP listener
-# is one).
+# tcp_listening PORT [ADDR NETDEV]: whether a TCP socket listens on PORT (an
+# iWARP listener is one); with ADDR, one that takes connections to ADDR: bound
+# to it, or to a wildcard address on NETDEV (ADDR's) or on no device. A wildcard
+# rdma_listen makes one listener per iWARP device, one after another.
 tcp_listening() {
-	ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
+	local port=$1 addr=${2:-} nd=${3:-}
+	if [ -z "$addr" ]; then
+		ss -Hltn "sport = :$port" 2>/dev/null | grep -q .
+		return
+	fi
+	ss -Hltn "sport = :$port" 2>/dev/null | awk -v want="$addr:$port" -v port="$port" -v nd="$nd" '
+		{ a = $4 }
+		a == want || a == "0.0.0.0:" port || a == "*:" port || a == "[::]:" port ||
+			a == "0.0.0.0%" nd ":" port || a == "*%" nd ":" port || a == "[::]%" nd ":" port { found = 1 }
+		END { exit !found }'
 }
 
 # rdma_link_del NAME: rdma link delete NAME.

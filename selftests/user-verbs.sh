@@ -56,8 +56,8 @@ pairs=(
 port=20950
 
 # serve DESC -- SERVER_CMD... -- CLIENT_CMD...: start the server, wait until
-# it listens on $port, run the client; ok when both exit 0 within 120 s. The
-# commands may use $port. Moves $port on.
+# it listens on $port for $serve_ip (on $serve_nd), run the client; ok when both
+# exit 0 within 120 s. The commands may use $port. Moves $port on.
 serve() {
 	local desc=$1 srv=() cli=() pid cpid st_s st_c stuck
 	shift 2
@@ -69,10 +69,11 @@ serve() {
 	cli=("$@")
 	timeout 120 "${srv[@]}" >"$TEST_TMP/server" 2>&1 &
 	pid=$!
-	if ! wait_for 30 tcp_listening "$port"; then
+	if ! wait_for 30 tcp_listening "$port" "$serve_ip" "$serve_nd"; then
 		kill "$pid" 2>/dev/null
 		wait "$pid"
-		tap_fail "$desc" "the server did not listen on $port within 30 s" "\$ ${srv[*]}" \
+		tap_fail "$desc" "the server did not listen on $serve_ip:$port within 30 s" "\$ ${srv[*]}" \
+			"$(ss -Hltn "sport = :$port" 2>&1)" \
 			"$(tail -n 20 "$TEST_TMP/server")"
 		port=$((port + 1))
 		return 1
@@ -123,6 +124,9 @@ hang_state() {
 
 for p in "${pairs[@]}"; do
 	read -r name sdev sip cdev cip <<<"$p"
+	# Where serve waits for the server's listener.
+	serve_ip=$sip serve_nd=$refnd
+	[ "$sdev" = "$dut" ] && serve_nd=$dutnd
 	# all: whether this pair runs every tool.
 	all=0
 	if ((USER_FULL)) || [ "$sdev" = "$cdev" ]; then

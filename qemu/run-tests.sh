@@ -223,7 +223,7 @@ role_label() {
 # judge NUMBER TEST: print the verdict of a test that every VM finished, with
 # its host part's. The first test also answers for the boot.
 judge() {
-	local n=$1 test=$2 name role dir label p skip hostdir diags=()
+	local n=$1 test=$2 name role dir label p skip hostdir k diags=()
 	name=$(basename "$test" .sh)
 	for role in "${ROLES[@]}"; do
 		dir=$(role_dir "$role")/$name
@@ -231,12 +231,25 @@ judge() {
 		p=${label:+$role}
 		echo "# Subtest: $name$label"
 		sed 's/^/    /' "$dir/output.tap"
-		echo "# $name$label took $(($(cat "$dir/ended") - $(cat "$dir/started")))s"
 		((n == 1)) && vm_boot_diags diags "$(role_dir "$role")" "${p:+$p: }boot"
-		vm_test_diags diags "$dir" "$test" "$p"
 		while IFS= read -r skip; do
 			skipped+=("$name$label: $skip")
 		done < <(vm_skips "$dir/output.tap")
+		if [ "${KILLED[$role]:-}" = "$name" ]; then
+			echo "# $name$label: killed at its request $(($(cat "$dir/killed") - $(cat "$dir/started")))s in; judged on its checks and kernel log until then (no leak scan)"
+			killed_diags diags "$dir" "$name" "$role"
+			continue
+		fi
+		echo "# $name$label took $(($(cat "$dir/ended") - $(cat "$dir/started")))s"
+		vm_test_diags diags "$dir" "$test" "$p"
+		if [ -n "${KILLED[$role]:-}" ] && ! [ -f "$dir/kmemleak.txt" ]; then
+			# The scan that closes a test's leak window runs after the next test.
+			echo "# $name$label: its leak report was lost with the VM (killed by ${KILLED[$role]})"
+			for k in "${!diags[@]}"; do
+				[[ ${diags[k]} == "${p:+$p: }kmemleak: no report"* ]] && unset "diags[k]"
+			done
+			diags=("${diags[@]}")
+		fi
 	done
 	if [ -f "${test%.sh}.host" ]; then
 		if ((PAIR)); then
@@ -254,10 +267,12 @@ judge() {
 	fi
 }
 
-# in_all NAME FILE: every VM's runner wrote FILE for test NAME.
+# in_all NAME FILE: every VM's runner wrote FILE for test NAME (a VM the
+# test had killed writes nothing more).
 in_all() {
 	local role
 	for role in "${ROLES[@]}"; do
+		[ -n "${KILLED[$role]:-}" ] && continue
 		[ -f "$(role_dir "$role")/$1/$2" ] || return 1
 	done
 }
@@ -268,6 +283,53 @@ in_any() {
 		[ -f "$(role_dir "$role")/$1/$2" ] && return 0
 	done
 	return 1
+}
+
+# Pair VMs killed at a test's request (see vm_test_kills): ROLE -> the test.
+declare -A KILLED=()
+
+# kill_on_request TEST: kill the VM that TEST says it kills, once that VM's
+# half has posted kill-me; tell the other half by posting ROLE.killed in the
+# test's sync directory, as if the killed half had.
+kill_on_request() {
+	local name role sync
+	name=$(basename "$1" .sh)
+	role=$(vm_test_kills "$1")
+	sync=$run/sync/$name
+	[ -n "$role" ] && [ -z "${KILLED[$role]:-}" ] && [ -e "$sync/$role.kill-me" ] || return 0
+	kill -KILL -- "-${PID[$role]}" 2>/dev/null
+	wait "${PID[$role]}" 2>/dev/null
+	PID[$role]=
+	KILLED[$role]=$name
+	printf '%(%s)T\n' -1 >"$(role_dir "$role")/$name/killed"
+	printf 'killed by the runner at %s\n' "$(date +%T)" >"$sync/.$role.killed.tmp" &&
+		mv "$sync/.$role.killed.tmp" "$sync/$role.killed"
+	echo "# $name: VM $role killed at its request (SIGKILL to its qemu)"
+}
+
+# killed_diags ARRAY DIR NAME ROLE: what fails the half of test NAME that ran
+# in the killed VM ROLE, judged on what it left: failed checks or a bail-out
+# before it asked to be killed; a splat in the kernel log it saved just before
+# (dmesg-before-kill.txt) or in its console since the test began (the console
+# shows errors only, and may lag). Its leak scan and exit status died with it.
+killed_diags() {
+	local -n _kdiags=$1
+	local dir=$2 name=$3 p="$4: " nok splat console since
+	nok=$(grep -cE '^not ok ' "$dir/output.tap")
+	[ "$nok" = 0 ] || _kdiags+=("${p}$nok subtest(s) failed before the VM was killed")
+	grep -q '^Bail out!' "$dir/output.tap" && _kdiags+=("${p}$(grep -m1 '^Bail out!' "$dir/output.tap")")
+	if ! [ -f "$dir/dmesg-before-kill.txt" ]; then
+		_kdiags+=("${p}no kernel log saved before the kill (dmesg-before-kill.txt): its splats cannot be judged")
+	elif splat=$(vm_splat_lines "$dir/dmesg-before-kill.txt"); then
+		_kdiags+=("${p}kernel splat before the kill (log: $dir/dmesg-before-kill.txt):" "$(head -n 20 <<<"$splat")")
+	fi
+	console=$(dirname "$dir")/console.log
+	since=$(tr -d '\r' <"$console" | sed -n "/^guest-runner: begin $name\$/,\$p")
+	if [ -z "$since" ]; then
+		_kdiags+=("${p}the console ($console) lacks the test's begin line: its splats cannot be judged")
+	elif splat=$(vm_splat_lines <(printf '%s\n' "$since")); then
+		_kdiags+=("${p}kernel splat on the console before the VM was killed ($console):" "$(head -n 20 <<<"$splat")")
+	fi
 }
 
 if ((PAIR)); then
@@ -285,6 +347,15 @@ for t in "$SELFTESTS_DIR"/*.sh; do
 		left_out+=("$note")
 	fi
 done
+
+# A test that kills a VM of the pair runs last: the VM is gone after it.
+if ((PAIR)); then
+	last=()
+	for i in "${!tests[@]}"; do
+		[ -n "$(vm_test_kills "${tests[$i]}")" ] && last+=("${tests[$i]}") && unset "tests[$i]"
+	done
+	tests=("${tests[@]}" "${last[@]}")
+fi
 
 echo "TAP version 13"
 ((${#left_out[@]})) && printf '%s\n' "${left_out[@]}"
@@ -453,15 +524,21 @@ while ((judged < ${#tests[@]})); do
 		if in_all "$name" exit; then
 			i=$((i + 1))
 			phase_start=$now
+			if ((${#KILLED[@]} && i < ${#tests[@]})); then
+				reason="VM ${!KILLED[*]} was killed by ${KILLED[*]}, which should have run last"
+				break
+			fi
 			continue
 		fi
 		in_any "$name" started && started=1
+		((started && PAIR)) && kill_on_request "$t"
 		if ((started)); then
 			limit=$(($(vm_test_timeout "$t") + slack))
 			what="$name did not finish within ${limit}s"
 			if ((PAIR)); then
 				for role in "${ROLES[@]}"; do
-					[ -f "$run/$role/$name/exit" ] || what+=" (VM $role still running it)"
+					[ -f "$run/$role/$name/exit" ] || [ -n "${KILLED[$role]:-}" ] ||
+						what+=" (VM $role still running it)"
 				done
 			fi
 		elif ((i == 0)); then
@@ -478,6 +555,7 @@ while ((judged < ${#tests[@]})); do
 		reason="the whole run exceeded ${total}s"
 	else
 		for role in "${ROLES[@]}"; do
+			[ -n "${KILLED[$role]:-}" ] && continue
 			if ! vm_alive_pid "${PID[$role]}"; then
 				# The guest may finish writing just as it exits.
 				sleep 1

@@ -218,6 +218,14 @@ vm_test_selected() {
 	return 0
 }
 
+# vm_test_kills FILE: the VM of a pair (a or b) that the selftest FILE has the
+# runner kill mid-test, from its "# kills: ROLE" line; nothing if none. The
+# runner kills that VM's qemu (SIGKILL) once its half posts kill-me, runs such
+# a test last, and judges the killed half on what it printed before.
+vm_test_kills() {
+	sed -nE 's/^# kills: *([ab]) *$/\1/p' "$1" | head -n 1
+}
+
 # vm_test_timeout FILE: the seconds a selftest may run, from its first
 # "# timeout: N" line (anywhere: a header that grew past a fixed number of
 # lines once silently dropped a test to the default); 300 without one.

@@ -5,6 +5,10 @@
 # goes silent, as when a host loses power.
 # kills: b
 # timeout: 420
+# tier: full (about 180 s on two TCG guests, which make check's budget does not
+# hold; make pair-check TESTS=peer-death runs it alone. In make check,
+# iser resets a live connection under I/O and ulp-removal removes the device
+# under the ULPs; nothing there goes silent)
 #
 # Before the kill, each VM serves an NVMe-oF subsystem (a memory-backed
 # null_blk) to the other and writes the other's namespace with fio (crc32c

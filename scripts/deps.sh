@@ -9,7 +9,7 @@ apt_packages=(
 	dwarves pahole zstd xz-utils python3-venv qemu-system-x86 busybox-static iproute2
 	rdma-core ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs tshark python3-crcmod
 	nfs-kernel-server nfs-common rpcbind nvme-cli fio iperf3 ksmbd-tools cifs-utils
-	targetcli-fb dbus-daemon open-iscsi
+	open-iscsi
 )
 
 # bindgen-cli compiles for ~3 min: build it while apt downloads and installs.

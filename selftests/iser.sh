@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # iSER (iSCSI Extensions for RDMA) through the device under test, target and
-# initiator in this VM: the LIO target, configured with targetcli, exports a
-# ramdisk LUN on 198.18.0.1:3260 (a dummy netdev with the RDMA device on it)
-# with iSER enabled, and open-iscsi logs in through its iser interface, so
-# every SCSI command and its data go through the device (initiator QP to
-# target QP).
+# initiator in this VM: the LIO target (made in its configfs) exports a ramdisk LUN on 198.18.0.1:3260 (a dummy netdev with the
+# RDMA device on it) with iSER enabled, and open-iscsi logs in through its
+# iser interface, so every SCSI command and its data go through the device
+# (initiator QP to target QP).
 #
 # On a software iWARP device the iSER listener is a TCP socket of the host. LIO
 # opens a portal's iSCSI/TCP listener first, on the same address and port, so
@@ -27,7 +26,7 @@
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
-require rdma fio targetcli dbus-daemon iscsiadm iscsid nsenter
+require rdma fio iscsiadm iscsid nsenter
 # shellcheck source=ulp-setup.sh
 . "$(dirname "$0")/ulp-setup.sh"
 
@@ -135,12 +134,12 @@ tap_check "rdma link add $dev type $RSIW_LINK_TYPE netdev $nd" rdma_link_add "$d
 	tap_bail "cannot add the link"
 tap_wait "$dev ACTIVE" 5 port_state_is "$dev" ACTIVE
 
-tap_check "LIO target $iqn: a 64 MiB ramdisk LUN, no authentication (targetcli)" \
+tap_check "LIO target $iqn: a 64 MiB ramdisk LUN, no authentication (configfs)" \
 	iser_target_create "$iqn" 64 || tap_bail "cannot configure the target"
 out=$(iser_portal_same_ns "$ip" $((port + 1)) "$iqn" 2>&1)
 st=$?
 log=$(kmsg_since_mark | grep -E '^isert: ')
-tap_result "$([ "$st" = 0 ] && grep -q 'Cannot change iser' <<<"$out" &&
+tap_result "$([ "$st" = 0 ] && grep -q '^enable iser: .*write error' <<<"$out" &&
 	grep -q 'rdma_listen() failed: -98$' <<<"$log"; echo $?)" \
 	"iSER on a portal whose iSCSI/TCP listener holds $ip:$((port + 1)) is refused (EADDRINUSE), the portal removed" \
 	"status $st" "$out" "kernel log: $log"

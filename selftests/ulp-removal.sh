@@ -27,7 +27,7 @@
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require rdma nvme fio ss mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs \
-	targetcli dbus-daemon iscsiadm iscsid nsenter mount.cifs ksmbd.mountd ksmbd.adduser ksmbd.control
+	iscsiadm iscsid nsenter mount.cifs ksmbd.mountd ksmbd.adduser ksmbd.control
 # shellcheck source=ulp-setup.sh
 . "$(dirname "$0")/ulp-setup.sh"
 # shellcheck source=ulp/ulp.sh

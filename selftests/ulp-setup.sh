@@ -2,7 +2,7 @@
 # server (knfsd on an RDMA port) and client (mount -o proto=rdma), the NVMe-oF
 # target (nvmet-rdma through configfs) and host (nvme connect -t rdma), the
 # SMB Direct server (ksmbd) and client (mount -t cifs -o rdma), the iSER
-# target (LIO's isert, through targetcli) and initiator (open-iscsi's iser
+# target (LIO's isert, through its configfs) and initiator (open-iscsi's iser
 # interface). Sourced, not run (the selftest runner skips it): by
 # selftests/nfs-rdma.sh, nvmeof-rdma.sh, smb-direct.sh and iser.sh (server
 # and client in one VM), by qemu/guest-run.sh, and by tests and benchmarks
@@ -34,7 +34,7 @@
 # server (ksmbd)                         client (cifs)
 #   smb_server_start EXPORT SHARE          smb_mount ADDR SHARE DIR, smb_umount DIR
 #   smb_server_stop, smb_listening DEV     smb_direct_session
-# target (LIO, targetcli)                initiator (open-iscsi)
+# target (LIO, configfs)                 initiator (open-iscsi)
 #   iser_target_create IQN SIZE_MB         iser_initiator_start, iser_initiator_stop
 #   iser_portal ADDR PORT IQN              iser_discover ADDR PORT IQN
 #   iser_portal_same_ns ADDR PORT IQN      iser_login ADDR PORT IQN, iser_logout ADDR PORT IQN
@@ -691,82 +691,59 @@ smb_direct_session() {
 
 # ---------------------------------------------------------------- iSER target (LIO)
 
-_iser_tcli_home=
-_iser_bus_pid=
+# LIO is configured through its configfs, as targetcli does underneath (each
+# targetcli start takes 5 to 10 s under TCG, the first in a VM 30 s or more).
+LIO_CFS=/sys/kernel/config/target
 
-# iser_targetcli [NETNS]: run the targetcli commands on standard input, one a
-# line (from the network namespace NETNS if given), and print what targetcli
-# says. One targetcli for many commands: under TCG each start takes 5 to 10 s.
-# In this mode targetcli goes on after a failed command and exits 0, so the
-# callers check the result in configfs. Its preferences live in a private
-# directory and nothing is saved on exit. targetcli asks the system bus for
-# tcmu-runner's backstores and fails without a bus; the VM runs no D-Bus, so
-# a private bus stands in for it.
-iser_targetcli() {
-	local pre=()
-	_iser_targetcli_env || return
-	[ -z "${1:-}" ] || pre=(nsenter --net="/run/netns/$1")
-	{
-		echo "set global auto_save_on_exit=false auto_add_default_portal=false auto_cd_after_create=false"
-		cat
-	} | "${pre[@]}" env TARGETCLI_HOME="$_iser_tcli_home" \
-		DBUS_SYSTEM_BUS_ADDRESS="unix:path=$_iser_tcli_home/bus" timeout 120 targetcli 2>&1
-}
-
-# _iser_targetcli_env: targetcli's directory and private bus, made once and
-# dropped at cleanup (after what was made with them: make them first).
-_iser_targetcli_env() {
-	[ -z "$_iser_tcli_home" ] || return 0
-	_iser_tcli_home=$(mktemp -d /run/rsiw-targetcli.XXXXXX) || return
-	ulp_undo_add iser-targetcli _iser_targetcli_end
-	_iser_bus_pid=$(dbus-daemon --session --fork --print-pid \
-		--address="unix:path=$_iser_tcli_home/bus")
-}
-
-# _iser_targetcli_end: stop the private bus, drop targetcli's preferences.
-_iser_targetcli_end() {
-	[ -z "$_iser_bus_pid" ] || kill "$_iser_bus_pid" 2>/dev/null
-	rm -rf "$_iser_tcli_home"
-	_iser_bus_pid= _iser_tcli_home=
-}
-
-# iser_target_create IQN SIZE_MB: an iSCSI target IQN (LIO, through targetcli)
-# with one LUN, a SIZE_MB MiB ramdisk, open to every initiator without
-# authentication; no portal yet (iser_portal). Cleared at cleanup.
+# iser_target_create IQN SIZE_MB: an iSCSI target IQN (LIO) with one LUN, a
+# SIZE_MB MiB ramdisk (backstore rsiw_iser), open to every initiator without
+# authentication, enabled; no portal yet (iser_portal). Cleared at cleanup.
 iser_target_create() {
-	local iqn=$1 mb=$2 tpg=/iscsi/$1/tpg1 cfs=/sys/kernel/config/target/iscsi/$1/tpgt_1 out a
-	ulp_modprobe target_core_mod && ulp_modprobe iscsi_target_mod && ulp_modprobe ib_isert &&
-		_iser_targetcli_env || return
+	local iqn=$1 mb=$2 rd=$LIO_CFS/core/rd_mcp_0/rsiw_iser tpg=$LIO_CFS/iscsi/$1/tpgt_1 a
+	ulp_modprobe target_core_mod && ulp_modprobe iscsi_target_mod && ulp_modprobe ib_isert || return
 	ulp_undo_add iser-target iser_target_clear
-	out=$(iser_targetcli <<EOF
-/backstores/ramdisk create name=rsiw_iser size=${mb}M
-/iscsi create $iqn
-$tpg/luns create /backstores/ramdisk/rsiw_iser
-$tpg set attribute authentication=0 generate_node_acls=1 demo_mode_write_protect=0 cache_dynamic_acls=1
-EOF
-	) || { echo "$out" >&2; return 1; }
-	for a in enable=1 attrib/authentication=0 attrib/generate_node_acls=1 attrib/demo_mode_write_protect=0; do
-		[ "$(cat "$cfs/${a%=*}" 2>/dev/null)" = "${a#*=}" ] || {
-			echo "iser_target_create: $cfs/${a%=*} is not ${a#*=}; targetcli said:" "$out" >&2
-			return 1
-		}
+	# A ramdisk of 4 KiB pages; configfs makes the HBA rd_mcp_0 with its first device.
+	mkdir -p "$rd" && echo "rd_pages=$((mb * 256))" >"$rd/control" && echo 1 >"$rd/enable" &&
+		mkdir -p "$tpg/lun/lun_0" && ln -s "$rd" "$tpg/lun/lun_0/rsiw_iser" || return
+	for a in authentication=0 generate_node_acls=1 demo_mode_write_protect=0 cache_dynamic_acls=1; do
+		echo "${a#*=}" >"$tpg/attrib/${a%=*}" || { echo "iser_target_create: cannot set $a" >&2; return 1; }
 	done
-	[ -d "$cfs/lun/lun_0" ] || { echo "iser_target_create: no LUN 0; targetcli said:" "$out" >&2; return 1; }
+	echo 1 >"$tpg/enable"
 }
 
-# iser_target_clear: remove every target, portal and backstore, the iSCSI
-# fabric's configfs directory (it holds iscsi_target_mod), and the namespace
-# of the iSCSI/TCP listeners.
+# iser_target_clear: remove every target (its portals, LUNs and portal
+# groups) and the ramdisk backstores, the iSCSI fabric's configfs directory
+# (it holds iscsi_target_mod), and the namespace of the iSCSI/TCP listeners.
 iser_target_clear() {
-	local st=0 out cfs=/sys/kernel/config/target
-	if [ -d $cfs/iscsi ]; then
-		out=$(echo "clearconfig confirm=True" | iser_targetcli)
-		if compgen -G "$cfs/iscsi/iqn.*" >/dev/null || compgen -G "$cfs/core/rd_mcp_*" >/dev/null; then
-			echo "iser_target_clear: targets or backstores left; targetcli said:" "$out" >&2
-			st=1
-		fi
-		rmdir $cfs/iscsi || st=1
+	local st=0 t tpg d
+	if [ -d $LIO_CFS/iscsi ]; then
+		for t in "$LIO_CFS"/iscsi/iqn.*; do
+			[ -d "$t" ] || continue
+			for tpg in "$t"/tpgt_*; do
+				[ -d "$tpg" ] || continue
+				echo 0 >"$tpg/enable" 2>/dev/null
+				for d in "$tpg"/np/*; do
+					[ -d "$d" ] && { rmdir "$d" || st=1; }
+				done
+				for d in "$tpg"/lun/lun_*; do
+					[ -d "$d" ] || continue
+					find "$d" -maxdepth 1 -type l -delete
+					rmdir "$d" || st=1
+				done
+				rmdir "$tpg" || st=1
+			done
+			rmdir "$t" || st=1
+		done
+		rmdir $LIO_CFS/iscsi || st=1
 	fi
+	for d in "$LIO_CFS"/core/rd_mcp_*/*/; do
+		[ -d "$d" ] && { rmdir "$d" || st=1; }
+	done
+	for d in "$LIO_CFS"/core/rd_mcp_*; do
+		[ -d "$d" ] && { rmdir "$d" || st=1; }
+	done
+	((st == 0)) || echo "iser_target_clear: LIO configfs entries left:" \
+		"$(find "$LIO_CFS/iscsi" "$LIO_CFS/core" -mindepth 1 -maxdepth 3 2>&1 | head -n 20)" >&2
 	if [ -e "/run/netns/$ISER_TCP_NETNS" ]; then
 		ip netns delete "$ISER_TCP_NETNS" || st=1
 	fi
@@ -781,35 +758,30 @@ iser_target_clear() {
 # listener (in the namespace of the process that makes the portal), and iSER
 # is enabled from this one: isert listens through the RDMA core in init_net,
 # and the C siw opens its listener in the namespace of the process that
-# enables iSER (rsiw in its netdev's).
+# enables iSER (rsiw in its netdev's). The administrator's guide shows the
+# same with targetcli.
 iser_portal() {
-	local addr=$1 port=$2 iqn=$3 np out
-	np=/sys/kernel/config/target/iscsi/$iqn/tpgt_1/np/$addr:$port
+	local np=$LIO_CFS/iscsi/$3/tpgt_1/np/$1:$2
 	if [ ! -e "/run/netns/$ISER_TCP_NETNS" ]; then
 		ip netns add "$ISER_TCP_NETNS" &&
 			ip netns exec "$ISER_TCP_NETNS" sysctl -qw net.ipv4.ip_nonlocal_bind=1 || return
 	fi
-	out=$(echo "/iscsi/$iqn/tpg1/portals create $addr $port" | iser_targetcli "$ISER_TCP_NETNS" &&
-		echo "/iscsi/$iqn/tpg1/portals/$addr:$port enable_iser true" | iser_targetcli) ||
-		{ echo "$out" >&2; return 1; }
-	[ "$(cat "$np/iser" 2>/dev/null)" = 1 ] || {
-		echo "iser_portal: $np/iser is not 1; targetcli said:" "$out" >&2
-		return 1
-	}
+	# nsenter, not ip netns exec: that mounts another /sys, without configfs.
+	nsenter --net="/run/netns/$ISER_TCP_NETNS" mkdir "$np" || return
+	echo 1 >"$np/iser" || { echo "iser_portal: cannot enable iSER on the portal $1:$2" >&2; return 1; }
 }
 
 # iser_portal_same_ns ADDR PORT IQN: from this namespace, make a portal
-# ADDR:PORT, try to enable iSER on it, and remove it (one targetcli); print
-# what targetcli said. Status 1 when the portal is still there.
+# ADDR:PORT (LIO opens its iSCSI/TCP listener), try to enable iSER on it, and
+# remove it; print what the write of the iser attribute said ("enable iser:
+# ok" or its error). Status 1 when the portal could not be made or is still
+# there.
 iser_portal_same_ns() {
-	local addr=$1 port=$2 iqn=$3
-	iser_targetcli <<EOF
-/iscsi/$iqn/tpg1/portals create $addr $port
-/iscsi/$iqn/tpg1/portals/$addr:$port enable_iser true
-/iscsi/$iqn/tpg1/portals delete $addr $port
-EOF
-	[ ! -e "/sys/kernel/config/target/iscsi/$iqn/tpgt_1/np/$addr:$port" ] ||
-		{ echo "iser_portal_same_ns: the portal $addr:$port is still there" >&2; return 1; }
+	local np=$LIO_CFS/iscsi/$3/tpgt_1/np/$1:$2 err
+	mkdir "$np" || return
+	if err=$( (echo 1 >"$np/iser") 2>&1); then echo "enable iser: ok"; else echo "enable iser: $err"; fi
+	rmdir "$np"
+	[ ! -e "$np" ] || { echo "iser_portal_same_ns: the portal $1:$2 is still there" >&2; return 1; }
 }
 
 # ---------------------------------------------------------------- iSER initiator (open-iscsi)

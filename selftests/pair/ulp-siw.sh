@@ -24,7 +24,7 @@
 # disconnect.
 # SMB Direct: mount -t cifs -o rdma,vers=3.1.1; fio with crc32c verify at 4
 # KiB and 1 MiB; a 4 MiB stream copied in and compared as for NFS; umount.
-# iSER: a 64 MiB ramdisk LUN (targetcli; the portal's TCP listener in another
+# iSER: a 64 MiB ramdisk LUN (LIO configfs; the portal's TCP listener in another
 # namespace, see iser_portal); SendTargets discovery over iSER, login, fio
 # with crc32c verify at 4 KiB and 1 MiB, 2 login/logout cycles each reading
 # back a pattern written before them (ISER_CYCLES).
@@ -54,7 +54,7 @@ PAIR_WAIT=300
 # shellcheck source=pair.sh
 . "$SELFTESTS/pair/pair.sh"
 require rdma timeout fio nvme mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs python3 sha256sum \
-	mount.cifs ksmbd.mountd ksmbd.adduser ksmbd.control targetcli dbus-daemon iscsiadm iscsid nsenter
+	mount.cifs ksmbd.mountd ksmbd.adduser ksmbd.control iscsiadm iscsid nsenter
 
 # Knobs for shorter runs while developing; the defaults are the test.
 # fio jobs, BS:SIZE on NFS, RW:BS:SIZE on each NVMe namespace.
@@ -695,7 +695,7 @@ iser_initiator() {
 # iser_target: this VM exports a ramdisk LUN to the peer over iSER.
 iser_target() {
 	local up=0
-	if tap_check "$L: LIO target: a $ISER_LUN_MB MiB ramdisk LUN (targetcli)" \
+	if tap_check "$L: LIO target: a $ISER_LUN_MB MiB ramdisk LUN" \
 		iser_target_create "$iqn" "$ISER_LUN_MB" && SERVING=1 &&
 		tap_check "$L: portal $PAIR_ADDR:$ISER_PORT with iSER (its TCP listener in another namespace)" \
 			iser_portal "$PAIR_ADDR" "$ISER_PORT" "$iqn"; then

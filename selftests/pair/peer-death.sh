@@ -110,6 +110,13 @@ no_conns() {
 	fi
 }
 
+# has_conns MODULE: $dev has a CM id, not a listener, of the kernel module
+# MODULE (what no_conns MODULE looks for, seen before it must be gone).
+has_conns() {
+	local o
+	o=$(connected_cm_ids) && grep -q "comm \\[$1\\]" <<<"$o"
+}
+
 # res_none KIND...: $dev has none of each KIND (qp, mr, cm_id).
 res_none() {
 	local k n
@@ -200,6 +207,8 @@ pair_sync flowing || tap_bail "$PAIR_MSG"
 qps=$(timeout 20 rdma res show qp link "$dev/1" 2>&1)
 n=$(grep -c " state RTS " <<<"$qps")
 tap_result "$((n >= 5 ? 0 : 1))" "$n QPs in RTS on $dev: NVMe-oF host, target and NFS server" "$qps"
+tap_check "nvmet's connections show as CM ids of nvmet_rdma" has_conns nvmet_rdma ||
+	tap_diag "$(connected_cm_ids 2>&1)"
 pair_post checked
 tap_check "VM b is killed mid-transfer" pair_wait killed 120
 tap_diag "$PAIR_MSG"

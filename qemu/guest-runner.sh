@@ -84,7 +84,8 @@ kmemleak_scan() {
 # least KMEMLEAK_MIN_AGE + 1 s after its own: every object of its window has
 # then been seen by two scans at the age kmemleak reports. An object that
 # turns unreferenced only after that is blamed on the test that just ran,
-# with the test it was allocated in. The last test gets a scan of its own.
+# with the test it was allocated in. The last test gets a scan of its own, as
+# does the test before one that has the host kill this VM (close_leaks).
 #
 # Per test index K: test_dir[K]; window_start[K] (jiffies); scan_us[K], when
 # its scan started (microseconds). leak_open: the indices whose kmemleak.txt
@@ -262,8 +263,31 @@ boot_done=$JIFFIES
 dmesg >"$results/boot-dmesg.txt"
 uname -r >"$results/kernel"
 
+# close_leaks LAST: the leak reports still open, once LAST (the newest test
+# run) is done: one more scan when LAST's is old enough, objects allocated
+# since then going to LAST, then every open report written. After the last
+# test, and before a test that has the host kill this VM (vm_test_kills): its
+# scans die with it.
+close_leaks() {
+	local last=$1 wait_us k
+	((${#leak_open[@]})) || return 0
+	wait_us=$((scan_us[last] + (KMEMLEAK_MIN_AGE + 1) * 1000000 - 10#${EPOCHREALTIME/./}))
+	((wait_us > 0)) && sleep "$((wait_us / 1000000)).$(printf '%06d' $((wait_us % 1000000)))"
+	test_dir[last + 1]=${test_dir[last]}
+	window_start[last + 1]=$last_scan_jiffies
+	leak_scan $((last + 1))
+	last_scan_jiffies=$JIFFIES
+	# What this scan leaves open (kmemleak was off, or a clock jump) is closed as it is.
+	for k in "${leak_open[@]}"; do
+		mv "${test_dir[k]}/kmemleak.part" "${test_dir[k]}/kmemleak.txt"
+	done
+	leak_open=()
+	sync
+}
+
 for index in "${!tests[@]}"; do
 	test=${tests[index]}
+	((index > 0)) && [ -n "$(vm_test_kills "$test")" ] && close_leaks $((index - 1))
 	name=${test##*/}
 	name=${name%.sh}
 	dir=$results/$name
@@ -316,17 +340,4 @@ for index in "${!tests[@]}"; do
 	sync
 done
 
-# The last tests' leaks: one more scan once the last test's scan is old enough.
-if ((${#leak_open[@]})); then
-	wait_us=$((scan_us[index] + (KMEMLEAK_MIN_AGE + 1) * 1000000 - 10#${EPOCHREALTIME/./}))
-	((wait_us > 0)) && sleep "$((wait_us / 1000000)).$(printf '%06d' $((wait_us % 1000000)))"
-	index=$((index + 1))
-	test_dir[index]=${test_dir[index - 1]}
-	window_start[index]=$last_scan_jiffies
-	leak_scan "$index"
-	# What the final scan leaves open (kmemleak was off, or a clock jump) is closed as it is.
-	for k in "${leak_open[@]}"; do
-		mv "${test_dir[k]}/kmemleak.part" "${test_dir[k]}/kmemleak.txt"
-	done
-	sync
-fi
+close_leaks "${index:-0}"

@@ -223,7 +223,7 @@ role_label() {
 # judge NUMBER TEST: print the verdict of a test that every VM finished, with
 # its host part's. The first test also answers for the boot.
 judge() {
-	local n=$1 test=$2 name role dir label p skip hostdir k diags=()
+	local n=$1 test=$2 name role dir label p skip hostdir diags=()
 	name=$(basename "$test" .sh)
 	for role in "${ROLES[@]}"; do
 		dir=$(role_dir "$role")/$name
@@ -242,14 +242,6 @@ judge() {
 		fi
 		echo "# $name$label took $(($(cat "$dir/ended") - $(cat "$dir/started")))s"
 		vm_test_diags diags "$dir" "$test" "$p"
-		if [ -n "${KILLED[$role]:-}" ] && ! [ -f "$dir/kmemleak.txt" ]; then
-			# The scan that closes a test's leak window runs after the next test.
-			echo "# $name$label: its leak report was lost with the VM (killed by ${KILLED[$role]})"
-			for k in "${!diags[@]}"; do
-				[[ ${diags[k]} == "${p:+$p: }kmemleak: no report"* ]] && unset "diags[k]"
-			done
-			diags=("${diags[@]}")
-		fi
 	done
 	if [ -f "${test%.sh}.host" ]; then
 		if ((PAIR)); then

@@ -194,12 +194,12 @@ ulp_block_writes() {
 	read -ra s <"/sys/block/$1/stat" && echo "${s[4]}"
 }
 
-# ulp_block_flowing BDEV BASE: BDEV completed 32 writes more than BASE, and
-# I/O is in flight on it.
+# ulp_block_flowing BDEV BASE [MORE]: BDEV completed MORE (default 32) writes
+# more than BASE, and I/O is in flight on it.
 ulp_block_flowing() {
 	local s
 	read -ra s <"/sys/block/$1/stat" || return
-	((s[4] >= $2 + 32 && s[8] > 0))
+	((s[4] >= $2 + ${3:-32} && s[8] > 0))
 }
 
 # ---------------------------------------------------------------- fio

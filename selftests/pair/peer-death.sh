@@ -72,10 +72,9 @@ fio_start() {
 }
 
 # writes_flowing BDEV BASE: fio runs, BDEV completed 8 more writes than BASE
-# and has I/O in flight.
+# and has I/O in flight (a few writes: two TCG guests move little).
 writes_flowing() {
-	local s
-	kill -0 "$fio_pid" 2>/dev/null && read -ra s <"/sys/block/$1/stat" && ((s[4] >= $2 + 8 && s[8] > 0))
+	kill -0 "$fio_pid" 2>/dev/null && ulp_block_flowing "$1" "$2" 8
 }
 
 # nfs_writes_flowing BASE: the NFS fio runs and the mount sent 8 more WRITEs than BASE.

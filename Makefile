@@ -74,7 +74,7 @@ fmt:
 	@scripts/fmt.sh
 
 clean:
-	rm -rf selftests/proto/target results
+	rm -rf selftests/proto/target results selftests/user/hostile_user
 	@scripts/module.sh clean
 
 endif

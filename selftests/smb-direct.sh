@@ -17,6 +17,9 @@
 # traffic (see stop_case): fio fails, the share unmounts, no QP, MR or CM id
 # is left on the device. At the end ksmbd and cifs unload, no splat, no leak.
 # timeout: 1200
+# tier: full (about 2 minutes; in make check, nfs-rdma and nvmeof-rdma run the
+# kernel ULPs that use the same verbs, FRWR registration, Send with
+# Invalidate and rdma_rw, on rsiw)
 # Functions run through tap_check look unreachable to shellcheck:
 # shellcheck disable=SC2317
 # shellcheck source-path=SCRIPTDIR source=lib.sh

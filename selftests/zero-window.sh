@@ -35,11 +35,11 @@ STALL=$SELFTESTS/hostile/stall.py
 
 trap 'coproc_end STALL_PROC; ulp_cleanup; ulp_unload; cleanup' EXIT
 
-# nvme_fio WHAT: 8 MiB of 4 KiB random writes on the NVMe namespace, read back
+# nvme_fio WHAT: 4 MiB of 4 KiB random writes on the NVMe namespace, read back
 # and verified (crc32c); its write rate as diagnostics.
 nvme_fio() {
 	local out st
-	out=$(timeout -k 10 300 fio --name=zw --filename="$ns" --rw=randwrite --bs=4k --size=8m --direct=1 \
+	out=$(timeout -k 10 300 fio --name=zw --filename="$ns" --rw=randwrite --bs=4k --size=4m --direct=1 \
 		--ioengine=libaio --iodepth=8 --verify=crc32c --do_verify=1 --verify_fatal=1 \
 		--verify_state_save=0 2>&1)
 	st=$?

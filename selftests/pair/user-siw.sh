@@ -7,6 +7,9 @@
 # tool's server side must exit 0 as well as its client. At the end, no QP is
 # left on either device.
 # timeout: 600
+# tier: full (in make check, user-verbs runs the same tools and more between
+# rsiw and the C siw in one VM, both ways; this adds a link between two
+# kernels and takes about 70 s with the boot of its pair)
 set -uo pipefail
 case ${PAIR_ROLE:-} in
 a) RSIW_MODULE=rsiw RSIW_LINK_TYPE=rsiw dev=rsiw0 ;;

@@ -209,11 +209,11 @@ perf_run() {
 	wait "$pid"
 }
 
-# perf_try TOOL ARGS...: perf_run on the next port, its output in out; again (at most 3 times)
-# when perftest could not calibrate its clock. It regresses rdtsc against
-# gettimeofday over a short loop, which TCG's scheduling can spoil (r^2 under
-# 0.9): it then takes the CPU for 0 MHz and prints 0.00 for every rate (about
-# one measurement in seven in session 38, with either driver).
+# perf_try TOOL ARGS...: perf_run on the next port, its output in out; again
+# (at most 3 times) when perftest could not calibrate its clock. It regresses
+# rdtsc against gettimeofday over a short loop, which TCG's scheduling can
+# spoil (r^2 under 0.9): it then takes the CPU for 0 MHz and prints 0.00 for
+# every rate (about one measurement in seven in session 38, either driver).
 perf_try() {
 	local tool=$1 try p
 	shift

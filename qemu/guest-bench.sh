@@ -229,7 +229,9 @@ perf_try() {
 # perf_bench DRIVER: perftest's ib_write_bw, ib_read_bw and ib_send_bw at 4 KiB,
 # 64 KiB and 1 MiB (average MB/s), and ib_send_lat at 64 bytes (recorded as 64
 # bytes per average round trip, so that higher is better as for the others).
-# The bandwidth tests run a count of messages, about SECS/2 of them under TCG.
+# The bandwidth tests run a fixed count of messages (about SECS/2 of work
+# under TCG), so that both drivers move the same bytes; session 37's duration
+# runs (-D) had even more zeros, not told apart from the calibration's.
 perf_bench() {
 	local op size mbps port=20900 out lat iters
 	local -A per_sec=([4096]=250 [65536]=200 [1048576]=20)

@@ -120,8 +120,7 @@ kill_case() {
 		out=$(cat "$TEST_TMP/fio-kill")
 		desc="kill: fio ends with every block written and verified (crc32c)"
 		race=$(kmsg_since_mark | grep -E 'iscsi_iser_task_init: Failed to init task .*, err = -19')
-		if ! fio_verified "$st" "$out" && [ -n "$race" ] &&
-			! grep -qi 'verify.*fail\|bad magic\|crc32c.*wanted' <<<"$out"; then
+		if ! fio_verified "$st" "$out" && [ -n "$race" ] && ! fio_verify_error "$out"; then
 			# iser_conn_terminate marks the connection down before it
 			# suspends libiscsi's queue: a command queued in between fails
 			# iser's task init (ENODEV), and libiscsi fails it with DID_ABORT

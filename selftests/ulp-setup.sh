@@ -235,7 +235,13 @@ fio_fails() {
 # fio_verified STATUS OUTPUT: whether a fio run that verifies (crc32c) passed:
 # exit status 0, no error, and no verify failure in its output.
 fio_verified() {
-	[ "$1" = 0 ] && grep -q 'err= 0' <<<"$2" && ! grep -qi 'verify.*fail\|bad magic\|crc32c.*wanted' <<<"$2"
+	[ "$1" = 0 ] && grep -q 'err= 0' <<<"$2" && ! fio_verify_error "$2"
+}
+
+# fio_verify_error OUTPUT: whether fio's OUTPUT reports a block that read back
+# wrong.
+fio_verify_error() {
+	grep -qi 'verify.*fail\|bad magic\|crc32c.*wanted' <<<"$1"
 }
 
 # fio_write_verify DESC FILE BS SIZE [FIO_ARG...]: one TAP line DESC for

@@ -94,14 +94,36 @@ tap_wait "the peer $PAIR_PEER_ADDR answers on the link" 10 pair_peer_reachable
 
 # ---------------------------------------------------------------- faults
 
-# fault_action ACTION [ARG]...: one fault step on this VM's NIC: netem
-# NETEM..., clear (the root qdisc back), mtu N, or stats (netem's counters).
+# tcp_counters: this VM's TCP segments sent, retransmitted, retransmission
+# timeouts, fast retransmits and tail loss probes, in that order.
+tcp_counters() {
+	awk '($1 == "Tcp:" || $1 == "TcpExt:") && !($1 in hdr) { hdr[$1] = 1; for (i = 2; i <= NF; i++) name[$1, i] = $i; next }
+		$1 in hdr { for (i = 2; i <= NF; i++) v[name[$1, i]] = $i }
+		END { print v["OutSegs"], v["RetransSegs"], v["TCPTimeouts"], v["TCPFastRetrans"], v["TCPLossProbes"] }' \
+		/proc/net/snmp /proc/net/netstat
+}
+
+# tcp_delta BEFORE AFTER: what TCP did between two tcp_counters.
+tcp_delta() {
+	local -a b a
+	read -ra b <<<"$1"
+	read -ra a <<<"$2"
+	((${#a[@]} == 5 && ${#b[@]} == 5)) || { echo "no counters ('$1' -> '$2')"; return; }
+	awk -v o=$((a[0] - b[0])) -v r=$((a[1] - b[1])) -v t=$((a[2] - b[2])) -v f=$((a[3] - b[3])) \
+		-v p=$((a[4] - b[4])) 'BEGIN { printf "%d segments sent, %d resent (%.1f %%), %d timeouts, %d fast retransmits, %d loss probes",
+			o, r, (o > 0 ? 100 * r / o : 0), t, f, p }'
+}
+
+# fault_action ACTION [ARG]...: one step on this VM: netem NETEM..., clear
+# (the NIC's root qdisc back), mtu N, stats (netem's counters), or tcp
+# (tcp_counters).
 fault_action() {
 	case $1 in
 	netem) shift; modprobe sch_netem 2>/dev/null; tc qdisc add dev "$PAIR_NETDEV" root netem "$@" ;;
 	clear) tc qdisc del dev "$PAIR_NETDEV" root ;;
 	mtu) ip link set dev "$PAIR_NETDEV" mtu "$2" ;;
 	stats) tc -s qdisc show dev "$PAIR_NETDEV" | grep -o 'Sent.*)' ;;
+	tcp) tcp_counters ;;
 	*) echo "no fault action '$1'"; return 1 ;;
 	esac
 }
@@ -221,12 +243,19 @@ ulp_state() {
 # (a function, or : for none) run 1 s into the transfer, then the ULP must be
 # healthy within 60 s.
 one_case() {
+	local a0 b0
 	L="$round, $case, $what"
+	# How hard TCP worked on each side: not in $(...), remote counts its requests.
+	a0=$(tcp_counters)
+	remote tcp >"$TEST_TMP/b-tcp" 2>&1
+	b0=$(<"$TEST_TMP/b-tcp")
 	start_fio "${case// /-}"
 	if [ "$1" != : ] && mid_transfer; then
 		"$1"
 	fi
 	end_fio
+	remote tcp >"$TEST_TMP/b-tcp" 2>&1
+	tap_diag "$L: TCP on a: $(tcp_delta "$a0" "$(tcp_counters)"); on b: $(tcp_delta "$b0" "$(<"$TEST_TMP/b-tcp")")"
 	if wait_for 60 ulp_healthy; then
 		tap_ok "$L: $(ulp_state) afterwards"
 	else

@@ -36,7 +36,7 @@ if [ "${CHECK_FULL:-0}" = 1 ]; then
 	export ZERO_WINDOW_CONNS=${ZERO_WINDOW_CONNS:-600}
 	export FAULT_SECS=${FAULT_SECS:-120}
 	export NFS_FAULT_NETEM=${NFS_FAULT_NETEM:-loss 1%;loss 5%;delay 10ms reorder 25%;duplicate 1%;delay 20ms 10ms;corrupt 0.1%}
-	export FAULT_MB=${FAULT_MB:-64}
+	export FAULT_MB=${FAULT_MB:-64} FAULT_PAIR_ROUNDS=${FAULT_PAIR_ROUNDS:-rsiw:rsiw siw:siw rsiw:siw siw:rsiw}
 	export USER_FULL=${USER_FULL:-1} USER_PERF_ITERS=${USER_PERF_ITERS:-1000}
 	export USER_PING_COUNT=${USER_PING_COUNT:-200}
 	export ULP_PHASES=${ULP_PHASES:-nfs1 nfs2 nvme1 nvme2 smb1 smb2 iser1 iser2}

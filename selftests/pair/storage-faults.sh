@@ -24,6 +24,10 @@
 #   a: RST; the ULP reconnects);
 # - a's NIC down for 5 s mid-transfer, then up;
 # - both NICs' MTU 1280 mid-transfer (1500 again after).
+# FAULT_PAIR_CASES picks the kinds (base netem reset down mtu; all by default).
+# Each case also shows, for both VMs, what TCP did (segments sent and resent,
+# timeouts, fast retransmits, loss probes) and, per connection, how long it had
+# data to send and whether the receive window or the send buffer held it.
 # Expected in each: fio ends with every block written and verified, and the
 # mount still uses RDMA and the NVMe controller is live again. After the
 # resets the NFS transport and the NVMe host connected again. At the end of
@@ -34,7 +38,7 @@
 # keeps it in $PAIR_RESULTS/storage-faults/throughput.tsv.
 # The peer VM killed mid-transfer is peer-death.
 # timeout: 3000
-# tier: full (about 25 minutes for the two rounds on two TCG guests; in make
+# tier: full (about 20 minutes for the two rounds on two TCG guests; in make
 # check, netns runs the test ULP through netem across namespaces, ulp-removal
 # removes the device under NVMe-oF I/O, and interop-siw and the one-VM ULP
 # tests cover the drivers and ULPs themselves)
@@ -53,6 +57,9 @@ require rdma timeout fio nvme mount.nfs rpc.nfsd rpc.mountd rpcbind exportfs tc 
 FAULT_PAIR_ROUNDS=${FAULT_PAIR_ROUNDS:-rsiw:rsiw siw:siw}
 FAULT_PAIR_MB=${FAULT_PAIR_MB:-4}
 FAULT_PAIR_SIW_CRC=${FAULT_PAIR_SIW_CRC:-1}
+# Which kinds of case run (all by default): base (no fault), netem, reset,
+# down, mtu.
+FAULT_PAIR_CASES=${FAULT_PAIR_CASES:-base netem reset down mtu}
 FAULT_PAIR_NETEM=${FAULT_PAIR_NETEM:-loss 1%;loss 5%;delay 10ms reorder 25%;duplicate 1%;delay 20ms 10ms;corrupt 0.1%}
 # A's longest step between two of its requests to b is a case's fio (up to
 # 600 s each for NFS and NVMe-oF).
@@ -83,6 +90,10 @@ use_driver() {
 	*) return 1 ;;
 	esac
 }
+for c in $FAULT_PAIR_CASES; do
+	[[ $c =~ ^(base|netem|reset|down|mtu)$ ]] ||
+		tap_bail "FAULT_PAIR_CASES: '$c' is none of base netem reset down mtu"
+done
 for r in $FAULT_PAIR_ROUNDS; do
 	[[ $r =~ ^(rsiw|siw):(rsiw|siw)$ ]] ||
 		tap_bail "FAULT_PAIR_ROUNDS: '$r' is not A:B with A and B each rsiw or siw"
@@ -114,9 +125,40 @@ tcp_delta() {
 			o, r, (o > 0 ? 100 * r / o : 0), t, f, p }'
 }
 
+# tcp_chrono PORT: per established connection on PORT, "LOCAL>PEER BUSY RWND
+# SNDBUF ACKED": how long (ms) TCP had data to send, how much of that it was
+# held by the peer's receive window and by its own send buffer (tcp_info's
+# chrono times; busy time not held by either is congestion-window bound), and
+# the bytes acked.
+tcp_chrono() {
+	ss -tinH state established "( sport = :$1 or dport = :$1 )" | awk '
+		/^[^ \t]/ { key = $(NF - 1) ">" $NF; next }
+		{
+			b = r = s = a = 0
+			for (i = 1; i <= NF; i++) {
+				if ($i ~ /^busy:/) { b = $i; gsub(/[^0-9]/, "", b) }
+				if ($i ~ /^rwnd_limited:/) { r = $i; sub(/ms.*/, "", r); gsub(/[^0-9]/, "", r) }
+				if ($i ~ /^sndbuf_limited:/) { s = $i; sub(/ms.*/, "", s); gsub(/[^0-9]/, "", s) }
+				if ($i ~ /^bytes_acked:/) { a = $i; gsub(/[^0-9]/, "", a) }
+			}
+			print key, b + 0, r + 0, s + 0, a + 0
+		}'
+}
+
+# chrono_delta BEFORE AFTER MS: per connection of AFTER (tcp_chrono), what
+# changed since BEFORE, over a case of MS milliseconds.
+chrono_delta() {
+	awk -v ms="$3" 'NR == FNR { b[$1] = $2; r[$1] = $3; s[$1] = $4; a[$1] = $5; next }
+		$5 > a[$1] {
+			printf "%s%s busy %d of %d ms (rwnd %d, sndbuf %d), %d KiB acked", sep, $1, $2 - b[$1], ms,
+				$3 - r[$1], $4 - s[$1], ($5 - a[$1]) / 1024
+			sep = "; "
+		}' <(printf '%s\n' "$1") <(printf '%s\n' "$2")
+}
+
 # fault_action ACTION [ARG]...: one step on this VM: netem NETEM..., clear
-# (the NIC's root qdisc back), mtu N, stats (netem's counters), or tcp
-# (tcp_counters).
+# (the NIC's root qdisc back), mtu N, stats (netem's counters), tcp
+# (tcp_counters) or chrono PORT (tcp_chrono).
 fault_action() {
 	case $1 in
 	netem) shift; modprobe sch_netem 2>/dev/null; tc qdisc add dev "$PAIR_NETDEV" root netem "$@" ;;
@@ -124,6 +166,7 @@ fault_action() {
 	mtu) ip link set dev "$PAIR_NETDEV" mtu "$2" ;;
 	stats) tc -s qdisc show dev "$PAIR_NETDEV" | grep -o 'Sent.*)' ;;
 	tcp) tcp_counters ;;
+	chrono) tcp_chrono "$2" ;;
 	*) echo "no fault action '$1'"; return 1 ;;
 	esac
 }
@@ -243,19 +286,27 @@ ulp_state() {
 # (a function, or : for none) run 1 s into the transfer, then the ULP must be
 # healthy within 60 s.
 one_case() {
-	local a0 b0
+	local a0 b0 ac0 bc0 t0
 	L="$round, $case, $what"
-	# How hard TCP worked on each side: not in $(...), remote counts its requests.
-	a0=$(tcp_counters)
+	# How hard TCP worked on each side, and what held it: not in $(...),
+	# remote counts its requests.
+	a0=$(tcp_counters) ac0=$(tcp_chrono "$port")
 	remote tcp >"$TEST_TMP/b-tcp" 2>&1
 	b0=$(<"$TEST_TMP/b-tcp")
+	remote chrono "$port" >"$TEST_TMP/b-chrono" 2>&1
+	bc0=$(<"$TEST_TMP/b-chrono")
+	t0=$(date +%s%3N)
 	start_fio "${case// /-}"
 	if [ "$1" != : ] && mid_transfer; then
 		"$1"
 	fi
 	end_fio
+	t0=$(($(date +%s%3N) - t0))
 	remote tcp >"$TEST_TMP/b-tcp" 2>&1
-	tap_diag "$L: TCP on a: $(tcp_delta "$a0" "$(tcp_counters)"); on b: $(tcp_delta "$b0" "$(<"$TEST_TMP/b-tcp")")"
+	remote chrono "$port" >"$TEST_TMP/b-chrono" 2>&1
+	tap_diag "$L: TCP on a: $(tcp_delta "$a0" "$(tcp_counters)"); on b: $(tcp_delta "$b0" "$(<"$TEST_TMP/b-tcp")")" \
+		"$L: sending on a: $(chrono_delta "$ac0" "$(tcp_chrono "$port")" "$t0")" \
+		"$L: sending on b: $(chrono_delta "$bc0" "$(<"$TEST_TMP/b-chrono")" "$t0")"
 	if wait_for 60 ulp_healthy; then
 		tap_ok "$L: $(ulp_state) afterwards"
 	else
@@ -297,6 +348,11 @@ nvme_reconnects() {
 	kmsg_since_mark | grep -c "$nvme_ctrl: Successfully reconnected"
 }
 
+# wants KIND: whether FAULT_PAIR_CASES has KIND.
+wants() {
+	[[ " $FAULT_PAIR_CASES " == *" $1 "* ]]
+}
+
 # client_round: VM a's cases of the round.
 client_round() {
 	local n netems c0 c1
@@ -314,10 +370,13 @@ client_round() {
 	nvme_ctrl=$(nvme_ctrls "$nqn" | head -n 1)
 	[ -n "$nvme_dev" ] && [ -n "$nvme_ctrl" ] || { tap_fail "$round: the NVMe namespace appears"; return 1; }
 
-	case="no fault"
-	each_ulp :
+	if wants base; then
+		case="no fault"
+		each_ulp :
+	fi
 
-	IFS=';' read -ra netems <<<"$FAULT_PAIR_NETEM"
+	netems=()
+	wants netem && IFS=';' read -ra netems <<<"$FAULT_PAIR_NETEM"
 	for n in "${netems[@]}"; do
 		case="netem $n"
 		# shellcheck disable=SC2086 # netem's words
@@ -332,23 +391,29 @@ client_round() {
 		tap_check "$round: netem off" both clear
 	done
 
-	case="TCP reset"
-	kmsg_mark
-	c0=$(nfs_connects)
-	each_ulp inject_reset
-	c1=$(nfs_connects)
-	tap_result "$( ((${c1:-0} > ${c0:-0})); echo $?)" \
-		"$round: after the reset the NFS transport connected again (connects ${c0:-?} -> ${c1:-?})"
-	c1=$(nvme_reconnects)
-	tap_result "$( ((c1 > 0)); echo $?)" "$round: after the reset the NVMe host reconnected ($c1 time(s))" \
-		"$(kmsg_since_mark | grep -E "$nvme_ctrl|nvme" | tail -n 10)"
+	if wants reset; then
+		case="TCP reset"
+		kmsg_mark
+		c0=$(nfs_connects)
+		each_ulp inject_reset
+		c1=$(nfs_connects)
+		tap_result "$( ((${c1:-0} > ${c0:-0})); echo $?)" \
+			"$round: after the reset the NFS transport connected again (connects ${c0:-?} -> ${c1:-?})"
+		c1=$(nvme_reconnects)
+		tap_result "$( ((c1 > 0)); echo $?)" "$round: after the reset the NVMe host reconnected ($c1 time(s))" \
+			"$(kmsg_since_mark | grep -E "$nvme_ctrl|nvme" | tail -n 10)"
+	fi
 
-	case="link down 5 s"
-	each_ulp inject_link_down
+	if wants down; then
+		case="link down 5 s"
+		each_ulp inject_link_down
+	fi
 
-	case="MTU 1500 to 1280"
-	each_ulp inject_mtu
-	tap_check "$round: MTU back to 1500 on both NICs" both mtu 1500
+	if wants mtu; then
+		case="MTU 1500 to 1280"
+		each_ulp inject_mtu
+		tap_check "$round: MTU back to 1500 on both NICs" both mtu 1500
+	fi
 
 	tap_wait "$round: $dev is ACTIVE" 30 port_state_is "$dev" ACTIVE
 	tap_check "$round: umount" nfs_umount "$mnt"

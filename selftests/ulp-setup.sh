@@ -21,7 +21,7 @@
 # server (knfsd)                         client
 #   nfs_export_tmpfs DIR SIZE              nfs_mount ADDR EXPORT VERS DIR [PORT] [OPTS]
 #   nfs_server_start EXPORT [PORT]         nfs_umount DIR
-#   nfs_server_stop                        nfs_mount_xprt DIR
+#   nfs_server_stop                        nfs_mount_xprt DIR, nfs_mount_connects DIR
 #                                          nfs_mount_ops DIR OP
 # target (nvmet)                         host (nvme)
 #   nvmet_null_blk NAME SIZE_MB            nvme_connect ADDR SVCID NQN [OPTION]...
@@ -424,6 +424,15 @@ nfs_mount_xprt() {
 	awk -v d="$1" '
 		$1 == "device" { cur = ($5 == d) }
 		cur && $1 == "xprt:" { print $2; exit }' /proc/self/mountstats
+}
+
+# nfs_mount_connects DIR: how often the RPC/RDMA transport of the NFS mount on
+# DIR connected (mountstats "xprt: rdma PORT BINDS CONNECTS ..."); empty if
+# DIR is no NFS mount over RDMA.
+nfs_mount_connects() {
+	awk -v d="$1" '
+		$1 == "device" { cur = ($5 == d) }
+		cur && $1 == "xprt:" && $2 == "rdma" { print $5; exit }' /proc/self/mountstats
 }
 
 # nfs_mount_ops DIR OP: how many OP RPCs (WRITE, READ, ...) the NFS mount on

@@ -235,7 +235,7 @@ mid_transfer() {
 # kib_s OUT OP: fio's aggregate bandwidth of OP (READ or WRITE) in KiB/s.
 kib_s() {
 	sed -nE "s/^ +$2: bw=([0-9.]+)([KMG]?)iB\/s.*/\1 \2/p" <<<"$1" | head -n 1 |
-		awk '{ m = ($2 == "G") ? 1048576 : ($2 == "M") ? 1024 : ($2 == "K") ? 1 : 1 / 1024
+		awk '{ m = ($2 == "G") ? 1048576 : ($2 == "M") ? 1024 : 1
 			printf "%.0f", $1 * m }'
 }
 
@@ -337,12 +337,6 @@ inject_mtu() {
 	tap_check "$L: both NICs to MTU 1280 under traffic" both mtu 1280
 }
 
-# nfs_connects: the connects of the mount's RPC/RDMA transport (mountstats).
-nfs_connects() {
-	awk -v d="$mnt" '$1 == "device" { cur = ($5 == d) }
-		cur && $1 == "xprt:" && $2 == "rdma" { print $5; exit }' /proc/self/mountstats
-}
-
 # nvme_reconnects: how often nvme-rdma reported a reconnect since kmsg_mark.
 nvme_reconnects() {
 	kmsg_since_mark | grep -c "$nvme_ctrl: Successfully reconnected"
@@ -394,9 +388,9 @@ client_round() {
 	if wants reset; then
 		case="TCP reset"
 		kmsg_mark
-		c0=$(nfs_connects)
+		c0=$(nfs_mount_connects "$mnt")
 		each_ulp inject_reset
-		c1=$(nfs_connects)
+		c1=$(nfs_mount_connects "$mnt")
 		tap_result "$( ((${c1:-0} > ${c0:-0})); echo $?)" \
 			"$round: after the reset the NFS transport connected again (connects ${c0:-?} -> ${c1:-?})"
 		c1=$(nvme_reconnects)

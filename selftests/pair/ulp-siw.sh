@@ -322,14 +322,6 @@ nfs_churn_server() {
 	done
 }
 
-# nfs_connects: the client's connect count of the RPC/RDMA transport of $mnt
-# (mountstats "xprt: rdma 0 BIND CONNECT ...").
-nfs_connects() {
-	awk -v d="$mnt" '
-		$1 == "device" { cur = ($5 == d) }
-		cur && $1 == "xprt:" && $2 == "rdma" { print $5; exit }' /proc/self/mountstats
-}
-
 # nfs_client: this VM mounts the peer's export and runs the workload.
 nfs_client() {
 	local t0 xprt conns=
@@ -363,7 +355,7 @@ nfs_client() {
 	tap_check "$L: unlink the $NFS_CHURN_FILES files, directory empty" \
 		nfs_unlink_client "$NFS_CHURN_FILES" && tap_diag "$OUT (churn $(elapsed "$t0") s in all)"
 
-	conns=$(nfs_connects)
+	conns=$(nfs_mount_connects "$mnt")
 	tap_diag "RPC/RDMA transport: $(awk -v d="$mnt" '$1 == "device" { cur = ($5 == d) }
 		cur && $1 == "xprt:" { print; exit }' /proc/self/mountstats)"
 	tap_check "$L: umount" nfs_umount "$mnt"

@@ -100,13 +100,9 @@ ulp_insmod || tap_bail "cannot load the ULP"
 tap_check "ULP server on $a:$ulp_port" ulp_ctl "server addr=$a port=$ulp_port" || tap_bail "no ULP server"
 
 established() { cat "/sys/class/infiniband/$1/ports/1/hw_counters/cm_established"; }
-# The NFS client's transport connects (mountstats' xprt line: rdma, port,
-# binds, connects, ...): the client device's counter also counts the ULP's.
-nfs_connects() {
-	awk -v m="$mnt" '$1 == "device" { on = ($5 == m) }
-		on && $1 == "xprt:" && $2 == "rdma" { print $5; exit }' /proc/self/mountstats
-}
-nfs_conn0=$(nfs_connects) est_nv0=$(established "$nvdev")
+# The NFS client's transport connects (nfs_mount_connects): the client
+# device's counter also counts the ULP's.
+nfs_conn0=$(nfs_mount_connects "$mnt") est_nv0=$(established "$nvdev")
 
 # fio_loop NAME FIO-ARGS...: fio runs one after another until the stop flag.
 # Each run's result goes to $state/NAME.log: "ok PHASE RATE K|M" (fio's write
@@ -213,7 +209,7 @@ modprobe sch_netem 2>/dev/null
 # counters, for the phase diagnostics.
 counters() {
 	local d=/sys/class/infiniband/$1/ports/1/hw_counters c out
-	out="nfs_connects $(nfs_connects) "
+	out="nfs_connects $(nfs_mount_connects "$mnt") "
 	for c in cm_established rx_crc_errors tx_terminate_llp rx_terminate_llp; do
 		out+="$c $(cat "$d/$c") "
 	done
@@ -257,7 +253,7 @@ results() {
 results nfs "NFS fio (8 MiB, 64 KiB, verified)"
 results nvme "NVMe-oF fio (8 MiB, 4 KiB random, verified)"
 results ulp "test ULP WRITE/READ/SEND of 1 MiB + 1 from $ns"
-nfs_conn1=$(nfs_connects) est_nv1=$(established "$nvdev")
+nfs_conn1=$(nfs_mount_connects "$mnt") est_nv1=$(established "$nvdev")
 tap_result "$( ((${nfs_conn1:-0} > ${nfs_conn0:-0} + 1)); echo $?)" \
 	"the NFS client reconnected after the resets (its transport's connects ${nfs_conn0:-?} -> ${nfs_conn1:-?})"
 tap_result "$( ((est_nv1 > est_nv0 + 2)); echo $?)" \

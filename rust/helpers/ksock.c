@@ -127,6 +127,15 @@ int rust_helper_ksock_inq(struct sock *sk)
 }
 
 /*
+ * SO_RCVLOWAT without tcp_set_rcvlowat's side effects: that one calls
+ * sk_data_ready (the caller may be inside it) and grows sk_rcvbuf.
+ */
+void rust_helper_ksock_set_rcvlowat(struct sock *sk, int val)
+{
+	WRITE_ONCE(sk->sk_rcvlowat, val ? : 1);
+}
+
+/*
  * What a TCP socket's upcalls do by default (sock_init_data, tcp_init_sock).
  * kernel::ksock's upcalls run these on a socket whose sk_user_data is not
  * theirs. sock_def_wakeup and sock_def_error_report are static in

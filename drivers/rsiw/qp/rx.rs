@@ -197,6 +197,7 @@ pub(crate) fn receive_or_defer(qp: &Qp<Rsiw>, sk: &LockedSock) {
 /// the peer's FIN, which an orderly close waits for, would stay behind it: the close would
 /// time out and end with a reset.
 pub(crate) fn discard(sk: &LockedSock) {
+    sk.set_wakeup_mark(0);
     let _ = sk.read_sock(|skb| Consumed::Continue(skb.len()));
 }
 
@@ -247,6 +248,7 @@ pub(crate) fn receive(qp: &Qp<Rsiw>, sk: &LockedSock) {
         return;
     }
     let mut stop = None;
+    let mut wakeup_mark = 0;
     // Read once: nothing queued is consumed before a `Flow::Wait` ends the read.
     let window = sk.receive_window() as usize;
     let _ = sk.read_sock(|skb| {
@@ -263,8 +265,9 @@ pub(crate) fn receive(qp: &Qp<Rsiw>, sk: &LockedSock) {
             };
             match process(&mut round, chunk, &ahead) {
                 Ok(Flow::More) => {}
-                Ok(Flow::Wait(n)) => {
-                    used += n;
+                Ok(Flow::Wait { at, need }) => {
+                    used += at;
+                    wakeup_mark = need;
                     return Err(Stop::Wait);
                 }
                 Ok(Flow::PeerTerminated) => return Err(Stop::PeerTerminated),
@@ -281,6 +284,12 @@ pub(crate) fn receive(qp: &Qp<Rsiw>, sk: &LockedSock) {
             }
         }
     });
+    // Everything before the waiting FPDU's payload was consumed, so TCP counts the mark from
+    // where it starts. Until it is all queued, TCP does not wake this path for each segment
+    // and ACKs each one at once: held unread, the FPDU would otherwise shrink the window TCP
+    // may advertise, and TCP would delay its ACKs, which slows the peer most while it
+    // recovers from a loss.
+    sk.set_wakeup_mark(wakeup_mark);
     let close = match stop {
         Some(Stop::PeerTerminated) => true,
         // A Terminate is never answered with one: then the connection closes at once. A QP
@@ -350,9 +359,9 @@ fn terminate(r: &mut Round<'_>, f: Fail) -> bool {
 enum Flow {
     /// Go on reading.
     More,
-    /// Stop reading after this many bytes of the chunk: the current FPDU's payload is placed
-    /// once all of it is queued, which the receive window guarantees can happen.
-    Wait(usize),
+    /// Stop reading after `at` bytes of the chunk: the current FPDU's payload is placed once
+    /// all `need` bytes of its rest are queued, which the receive window guarantees can happen.
+    Wait { at: usize, need: usize },
     /// The peer sent a Terminate: stop, close.
     PeerTerminated,
 }
@@ -384,10 +393,10 @@ fn process(r: &mut Round<'_>, chunk: &[u8], ahead: &Ahead<'_, '_>) -> Result<Flo
             }
             RxEvent::Payload { len, offset } => {
                 let at = chunk.len() - input.len();
-                if decide(&qp.data().counters, &mut r.sess.rx, ahead, ahead.at + at)
-                    == Decision::Wait
+                if let Decision::Wait { need } =
+                    decide(&qp.data().counters, &mut r.sess.rx, ahead, ahead.at + at)
                 {
-                    return Ok(Flow::Wait(at));
+                    return Ok(Flow::Wait { at, need });
                 }
                 let n = len.min(input.len());
                 let (src, rest) = input.split_at(n);
@@ -410,8 +419,8 @@ fn process(r: &mut Round<'_>, chunk: &[u8], ahead: &Ahead<'_, '_>) -> Result<Flo
 enum Decision {
     /// Go on: the segment's placement is decided.
     Go,
-    /// Stop before the payload and come back when more has arrived.
-    Wait,
+    /// Stop before the payload and come back when `need` bytes from its start are queued.
+    Wait { need: usize },
 }
 
 /// Picks how the current segment's payload is placed, before its first octet is: with CRC on,
@@ -447,7 +456,7 @@ fn decide(counters: &Counters, rx: &mut RxState, ahead: &Ahead<'_, '_>, pos: usi
     if queued < n {
         if n - queued <= ahead.window {
             crate::knobs::count_rx_wait();
-            return Decision::Wait;
+            return Decision::Wait { need: n };
         }
         rx.bounced = 0;
         cur.placement = Placement::Bounce;

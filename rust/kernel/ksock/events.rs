@@ -205,6 +205,17 @@ impl LockedSock {
         unsafe { bindings::ksock_receive_window(self.as_raw()) }
     }
 
+    /// Sets how many unread bytes must be queued before TCP calls `data_ready` (`SO_RCVLOWAT`;
+    /// 0 and 1 both mean any). TCP also ACKs at once, rather than delaying its ACKs, while
+    /// fewer than that are queued: a reader waiting for a whole message does not slow the
+    /// sender's clock. Under memory pressure TCP calls `data_ready` below the mark as well.
+    pub fn set_wakeup_mark(&self, bytes: usize) {
+        let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+        // SAFETY: By the type invariant the socket is a locked TCP socket; the helper writes
+        // `sk_rcvlowat` with `WRITE_ONCE`, as lockless readers expect.
+        unsafe { bindings::ksock_set_rcvlowat(self.as_raw(), bytes) }
+    }
+
     /// Hands the queued received bytes to `actor`, in order (`tcp_read_sock`).
     ///
     /// `actor` is called with consecutive pieces of the stream (one socket buffer, or what is

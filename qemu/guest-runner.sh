@@ -202,8 +202,13 @@ debug_locks() {
 
 netdevs() { local d; for d in /sys/class/net/*; do echo "${d##*/}"; done; }
 rdma_links() { local d; for d in /sys/class/infiniband/*; do [ -e "$d" ] && echo "${d##*/}"; done; }
-# Loaded modules have an initstate (a built-in one has none).
-rdma_modules() { local m; for m in rsiw siw; do [ -e "/sys/module/$m/initstate" ] && echo "$m"; done; }
+# Loaded modules have an initstate (a built-in one has none). The test ULP
+# first: a test that timed out leaves it loaded, and the next test's insmod
+# would fail for it ("File exists").
+rdma_modules() {
+	local m
+	for m in rsiw_ulp rsiw siw; do [ -e "/sys/module/$m/initstate" ] && echo "$m"; done
+}
 
 new_netdevs() { # BEFORE: the netdevs not listed in file BEFORE
 	local -A had=()

@@ -41,7 +41,8 @@
 # pair: 1, since two TCG guests share the host, and 4G: with 2G the tests ran
 # slower),
 # VM_BOOT_TIMEOUT (s, default 300), VM_TEST_SLACK (s a test may overrun its
-# own timeout before the VMs are killed, default 120), VM_TOTAL_TIMEOUT (s,
+# own timeout before the VMs are killed, default 120), both times
+# VM_TIMEOUT_SCALE (3 on KASAN), VM_TOTAL_TIMEOUT (s,
 # default: boot + the sum of the tests' timeouts and slacks).
 # See Documentation/rsiw/testing.rst.
 set -uo pipefail
@@ -373,9 +374,11 @@ for role in "${ROLES[@]}"; do
 	mkdir -p "$(role_dir "$role")"
 done
 
-boot_timeout=${VM_BOOT_TIMEOUT:-300}
+# A slower kernel (VM_TIMEOUT_SCALE, see vm.sh) boots and cleans up more slowly
+# too: two KASAN guests of one vCPU each took over 300 s to start their test.
+boot_timeout=${VM_BOOT_TIMEOUT:-$((300 * VM_TIMEOUT_SCALE))}
 # After a test, the guest removes leftovers and scans for leaks: allow that much more.
-slack=${VM_TEST_SLACK:-120}
+slack=${VM_TEST_SLACK:-$((120 * VM_TIMEOUT_SCALE))}
 total=$boot_timeout
 for t in "${tests[@]}"; do
 	total=$((total + $(vm_test_timeout "$t") + slack))

@@ -493,13 +493,15 @@ coproc_end() {
 # ---------------------------------------------------------------- waiting
 
 # wait_for SECONDS CMD [ARG]...: run CMD every 20 ms until it succeeds; fail
-# once a try that started after SECONDS (may be fractional) has failed. Sets
-# WAITED_MS to when the successful try started: under TCG one run of a tool
-# like rdma takes a good part of a second, which is not the kernel's delay.
-# Call it in the test's shell, not in $(...), to see WAITED_MS.
+# once a try that started after SECONDS (may be fractional) times
+# VM_TIMEOUT_SCALE has failed: a slower kernel (KASAN's) gets more time here
+# as the test does. Sets WAITED_MS to when the successful try started: under
+# TCG one run of a tool like rdma takes a good part of a second, which is not
+# the kernel's delay. Call it in the test's shell, not in $(...), to see
+# WAITED_MS.
 wait_for() {
 	local limit_ms start
-	limit_ms=$(awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }')
+	limit_ms=$(awk -v s="$1" -v f="${VM_TIMEOUT_SCALE:-1}" 'BEGIN { printf "%d", s * f * 1000 }')
 	shift
 	start=$(date +%s%3N)
 	while :; do
@@ -518,7 +520,7 @@ tap_wait() {
 	if wait_for "$secs" "$@"; then
 		tap_ok "$desc"
 	else
-		tap_fail "$desc" "\$ $* did not succeed within $secs s" \
+		tap_fail "$desc" "\$ $* did not succeed within $secs s (times ${VM_TIMEOUT_SCALE:-1})" \
 			"$(timeout 10 rdma dev show 2>&1)" "$(timeout 10 rdma link show 2>&1)"
 		return 1
 	fi

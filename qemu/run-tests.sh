@@ -42,7 +42,7 @@
 # slower),
 # VM_BOOT_TIMEOUT (s, default 300), VM_TEST_SLACK (s a test may overrun its
 # own timeout before the VMs are killed, default 120), both times
-# VM_TIMEOUT_SCALE (3 on KASAN, 6 for a KASAN pair), VM_TOTAL_TIMEOUT (s,
+# VM_TIMEOUT_SCALE (see vm.sh: 3 on KASAN, 6 for a KASAN pair), VM_TOTAL_TIMEOUT (s,
 # default: boot + the sum of the tests' timeouts and slacks).
 # See Documentation/rsiw/testing.rst.
 set -uo pipefail
@@ -51,10 +51,6 @@ if [ "${1:-}" = --pair ]; then
 	PAIR=1
 	VM_CPUS=${PAIR_VM_CPUS:-1}
 	VM_MEMORY=${PAIR_VM_MEMORY:-4G}
-	# Each KASAN guest of a pair has one vCPU, not two, and they share the host
-	# with each other: twice the one-VM KASAN factor (a 4 MiB Read from the C
-	# siw took 27 s of a 30 s step at 3).
-	[ "${KASAN:-0}" = 1 ] && VM_TIMEOUT_SCALE=${VM_TIMEOUT_SCALE:-6}
 fi
 # shellcheck source-path=SCRIPTDIR source=vm.sh
 . "$(dirname "$0")/vm.sh"

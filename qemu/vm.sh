@@ -27,14 +27,16 @@ VM_APPEND=(loglevel=4 log_buf_len=8M slab_nomerge hung_task_timeout_secs=60
 # The KASAN kernel (KASAN=1, qemu/rsiw-kasan.config) also gets SLUB's own
 # checks: sanity checks (F), red zones (Z), poisoning (P) and the owner of
 # each object (U), for its reports. Both slow the guest, so tests get
-# VM_TIMEOUT_SCALE times their timeouts (3 there, 1 otherwise).
+# VM_TIMEOUT_SCALE times their timeouts (3 there, 1 otherwise), and twice
+# that on one vCPU, as each guest of a pair has (a 4 MiB Read from the C siw
+# between two such guests took 27 s of a 30 s ULP step at 3).
 # It boots with 4-level paging (no5lvl): the guest CPU offers LA57, and with
 # 5-level paging 6.12 reports a false wild-memory-access when an interrupt
 # takes a lock while identify_cpu has cleared the boot CPU's feature bits
 # (pgtable_l5_enabled() reads them, and KASAN's shadow bounds follow it).
 if [ "${KASAN:-0}" = 1 ]; then
 	VM_APPEND+=(slub_debug=FZPU no5lvl)
-	VM_TIMEOUT_SCALE=${VM_TIMEOUT_SCALE:-3}
+	VM_TIMEOUT_SCALE=${VM_TIMEOUT_SCALE:-$((VM_CPUS > 1 ? 3 : 6))}
 fi
 VM_TIMEOUT_SCALE=${VM_TIMEOUT_SCALE:-1}
 

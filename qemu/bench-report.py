@@ -116,6 +116,25 @@ def work_rows(out):
     return {k: [statistics.median(col) for col in zip(*vs)] for k, vs in per.items()}
 
 
+def sched_rows(out):
+    """Per (workload, size, driver): the medians over the rounds of sched.csv's columns, as
+    {class: (run ms, wait ms)}, with "idle%" and "softirq%" as (share, None)."""
+    per = {}
+    try:
+        with open(os.path.join(out, "sched.csv")) as f:
+            for c in csv.DictReader(f):
+                key = (c["workload"], int(c["size"]), c["driver"])
+                wait = float(c["wait_ms"]) if c["wait_ms"] else None
+                per.setdefault(key, {}).setdefault(c["class"], []).append(
+                    (float(c["run_ms"]), wait))
+    except FileNotFoundError:
+        return {}
+    return {k: {cls: (statistics.median(r for r, _ in vs),
+                      None if vs[0][1] is None else statistics.median(w for _, w in vs))
+                for cls, vs in classes.items()}
+            for k, classes in per.items()}
+
+
 def main():
     out = sys.argv[1]
     host_cpu = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -247,6 +266,25 @@ def main():
                            "%.0f" % v[8], "%.0f" % v[9]))
         print("  (TCP also copies data sent by reference when it delivers it on this host:")
         print("  the loopback path orphans zero-copy pages; that copy is not counted)")
+        print()
+    sched = sched_rows(out)
+    if sched:
+        print("where the guest's CPU time went (medians of the rounds; ms on a CPU / ms runnable")
+        print("but waiting for one): unbound workers (rsiw's transmit and receive work), the C")
+        print("siw's transmit threads, ksoftirqd; and the shares of idle and softirq time")
+        sline = "  %-14s %7s %-10s %13s %13s %13s %6s %8s"
+        print(sline % ("workload", "size", "driver", "kworker/u", "siw_tx", "ksoftirqd",
+                       "idle%", "softirq%"))
+
+        def rw(v):
+            return "-" if v is None else "%.0f/%.0f" % v
+
+        for (w, size, drv), v in sorted(sched.items(), key=lambda kv: (
+                ORDER.index(kv[0][0]) if kv[0][0] in ORDER else 99, kv[0][1], kv[0][2])):
+            print(sline % (w, size_name(size), drv, rw(v.get("unbound-workers")),
+                           rw(v.get("siw-tx")), rw(v.get("ksoftirqd")),
+                           "%.0f" % v.get("idle%", (0,))[0],
+                           "%.0f" % v.get("softirq%", (0,))[0]))
         print()
     for g, m, n in met:
         if m is None:

@@ -46,6 +46,7 @@ record() { # WORKLOAD SIZE DRIVER MBPS
 	printf '%s,%s,%s,%s,%s,%s\n' "$1" "$2" "$3" "$crc" "$ROUND" "$4" >>"$OUT/raw.csv"
 	say "$1 $2 $3: $4 MB/s"
 	work_record "$1" "$2" "$3"
+	sched_record "$1" "$2" "$3"
 }
 
 # The device's counters that measure the work per payload byte (rsiw's; the C
@@ -79,6 +80,49 @@ work_record() {
 	done
 	echo "$row" >>"$OUT/counters.csv"
 	WORK_LAST=$now
+}
+# sched_snapshot: "TID COMM RUN_NS WAIT_NS" for every thread now (/proc's
+# schedstat: time on a CPU and time runnable but waiting for one), then a
+# "cpu TICKS IDLE SOFTIRQ" line from /proc/stat.
+sched_snapshot() {
+	local d c r w
+	for d in /proc/[0-9]*/task/[0-9]*; do
+		{ read -r c <"$d/comm" && read -r r w _ <"$d/schedstat"; } 2>/dev/null &&
+			echo "${d##*/} ${c// /_} $r $w"
+	done
+	awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print "cpu", t, $5 + $6, $8; exit }' /proc/stat
+}
+# sched_record WORKLOAD SIZE DRIVER: lines of sched.csv, where the guest's CPU
+# time went since the last measurement: run and wait (runnable, not running)
+# milliseconds of the unbound workers (rsiw's transmit and receive work), the
+# C siw's transmit threads, ksoftirqd, per-CPU workers and the rest, and
+# the share of CPU time spent idle and in softirq. Threads that exited
+# meanwhile (perftest's) are not in it: they are the busy time left over.
+sched_record() {
+	local now
+	now=$(sched_snapshot)
+	[ -n "${SCHED_LAST:-}" ] || { SCHED_LAST=$now; return 0; }
+	awk -v w="$1" -v s="$2" -v d="$3" -v r="$ROUND" '
+		function class(c) {
+			if (c ~ /^kworker\/u/) return "unbound-workers"
+			if (c ~ /^kworker\//) return "cpu-workers"
+			if (c ~ /^siw_tx/) return "siw-tx"
+			if (c ~ /^ksoftirqd/) return "ksoftirqd"
+			if (c ~ /^ib_/) return "perftest"
+			return "other"
+		}
+		FNR == 1 { f++ }
+		$1 == "cpu" { ct[f] = $2; ci[f] = $3; cs[f] = $4; next }
+		f == 1 { r0[$1] = $3; w0[$1] = $4; next }
+		{ k = class($2); run[k] += $3 - r0[$1]; wait[k] += $4 - w0[$1] }
+		END {
+			t = ct[2] - ct[1]; if (t <= 0) t = 1
+			for (k in run)
+				printf "%s,%s,%s,%s,%s,%.0f,%.0f\n", w, s, d, r, k, run[k] / 1e6, wait[k] / 1e6
+			printf "%s,%s,%s,%s,idle%%,%.1f,\n", w, s, d, r, 100 * (ci[2] - ci[1]) / t
+			printf "%s,%s,%s,%s,softirq%%,%.1f,\n", w, s, d, r, 100 * (cs[2] - cs[1]) / t
+		}' <(echo "$SCHED_LAST") <(echo "$now") >>"$OUT/sched.csv"
+	SCHED_LAST=$now
 }
 wanted() { [[ $1 =~ $ONLY ]]; }
 WORKLOADS=(ulp-write ulp-read ulp-send ulp-ping perf-write perf-read perf-send perf-lat
@@ -115,6 +159,7 @@ link_up() {
 	rdma link add "${type}0" type "$type" netdev "$ND" || return
 	LINK=${type}0
 	WORK_LAST=$(work_snapshot)
+	SCHED_LAST=$(sched_snapshot)
 }
 link_down() {
 	[ -n "${LINK:-}" ] || return 0
@@ -133,6 +178,7 @@ link_down() {
 } >"$OUT/env"
 : >"$OUT/raw.csv"
 : >"$OUT/cpu.csv"
+echo "workload,size,driver,round,class,run_ms,wait_ms" >"$OUT/sched.csv"
 echo "workload,size,driver,round,${WORK_COUNTERS[*]}" | tr ' ' , >"$OUT/counters.csv"
 
 # cpu_times: the guest's CPU time so far, "TOTAL IDLE STEAL" in ticks (the

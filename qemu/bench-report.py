@@ -116,6 +116,12 @@ def work_rows(out):
     return {k: [statistics.median(col) for col in zip(*vs)] for k, vs in per.items()}
 
 
+def by_row(per):
+    """The items of a {(workload, size, driver): value} dict in the report's row order."""
+    return sorted(per.items(), key=lambda kv: (
+        ORDER.index(kv[0][0]) if kv[0][0] in ORDER else 99, kv[0][1], kv[0][2]))
+
+
 def sched_rows(out):
     """Per (workload, size, driver): the medians over the rounds of sched.csv's columns, as
     {class: (run ms, wait ms)}, with "idle%" and "softirq%" as (share, None)."""
@@ -260,8 +266,7 @@ def main():
         wline = "  %-14s %7s %-10s %5s %5s %5s %6s  %5s %5s %5s %6s  %8s %8s"
         print(wline % ("workload", "size", "driver", "copy", "tcp", "crc", "passes",
                        "place", "bnc", "crc", "passes", "batch/M", "fpdu/M"))
-        for (w, size, drv), v in sorted(work.items(), key=lambda kv: (
-                ORDER.index(kv[0][0]) if kv[0][0] in ORDER else 99, kv[0][1], kv[0][2])):
+        for (w, size, drv), v in by_row(work):
             print(wline % (w, size_name(size), drv, *("%.2f" % x for x in v[:8]),
                            "%.0f" % v[8], "%.0f" % v[9]))
         print("  (TCP also copies data sent by reference when it delivers it on this host:")
@@ -279,8 +284,7 @@ def main():
         def rw(v):
             return "-" if v is None else "%.0f/%.0f" % v
 
-        for (w, size, drv), v in sorted(sched.items(), key=lambda kv: (
-                ORDER.index(kv[0][0]) if kv[0][0] in ORDER else 99, kv[0][1], kv[0][2])):
+        for (w, size, drv), v in by_row(sched):
             print(sline % (w, size_name(size), drv, rw(v.get("unbound-workers")),
                            rw(v.get("siw-tx")), rw(v.get("ksoftirqd")),
                            "%.0f" % v.get("idle%", (0,))[0],

@@ -83,14 +83,14 @@ work_record() {
 }
 # sched_snapshot: "TID COMM RUN_NS WAIT_NS" for every thread now (/proc's
 # schedstat: time on a CPU and time runnable but waiting for one), then a
-# "cpu TICKS IDLE SOFTIRQ" line from /proc/stat.
+# "cpu TOTAL IDLE STEAL SOFTIRQ" line (cpu_times).
 sched_snapshot() {
 	local d c r w
 	for d in /proc/[0-9]*/task/[0-9]*; do
 		{ read -r c <"$d/comm" && read -r r w _ <"$d/schedstat"; } 2>/dev/null &&
 			echo "${d##*/} ${c// /_} $r $w"
 	done
-	awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print "cpu", t, $5 + $6, $8; exit }' /proc/stat
+	echo "cpu $(cpu_times)"
 }
 # sched_record WORKLOAD SIZE DRIVER: lines of sched.csv, where the guest's CPU
 # time went since the last measurement: run and wait (runnable, not running)
@@ -112,7 +112,7 @@ sched_record() {
 			return "other"
 		}
 		FNR == 1 { f++ }
-		$1 == "cpu" { ct[f] = $2; ci[f] = $3; cs[f] = $4; next }
+		$1 == "cpu" { ct[f] = $2; ci[f] = $3; cs[f] = $5; next }
 		f == 1 { r0[$1] = $3; w0[$1] = $4; next }
 		{ k = class($2); run[k] += $3 - r0[$1]; wait[k] += $4 - w0[$1] }
 		END {
@@ -181,10 +181,10 @@ link_down() {
 echo "workload,size,driver,round,class,run_ms,wait_ms" >"$OUT/sched.csv"
 echo "workload,size,driver,round,${WORK_COUNTERS[*]}" | tr ' ' , >"$OUT/counters.csv"
 
-# cpu_times: the guest's CPU time so far, "TOTAL IDLE STEAL" in ticks (the
-# first line of /proc/stat: user nice system idle iowait irq softirq steal).
+# cpu_times: the guest's CPU time so far, "TOTAL IDLE STEAL SOFTIRQ" in ticks
+# (the first line of /proc/stat: user nice system idle iowait irq softirq steal).
 cpu_times() {
-	awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $5 + $6, $9; exit }' /proc/stat
+	awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $5 + $6, $9, $8; exit }' /proc/stat
 }
 # cpu_record FAMILY DRIVER BEFORE: one line of cpu.csv, the shares of the CPU
 # time since BEFORE (a cpu_times line) that were busy, idle and stolen. A
@@ -192,8 +192,8 @@ cpu_times() {
 # it) or runs slow with the same shares: compare rounds.
 cpu_record() {
 	local t0 i0 s0 t1 i1 s1
-	read -r t0 i0 s0 <<<"$3"
-	read -r t1 i1 s1 < <(cpu_times)
+	read -r t0 i0 s0 _ <<<"$3"
+	read -r t1 i1 s1 _ < <(cpu_times)
 	awk -v f="$1" -v r="$ROUND" -v d="$2" -v t=$((t1 - t0)) -v i=$((i1 - i0)) -v s=$((s1 - s0)) \
 		'BEGIN { if (t <= 0) t = 1; printf "%s,%d,%s,%.1f,%.1f,%.1f\n", f, r, d, 100 * (t - i - s) / t, 100 * i / t, 100 * s / t }' \
 		>>"$OUT/cpu.csv"

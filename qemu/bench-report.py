@@ -20,9 +20,9 @@ import statistics
 import sys
 
 ORDER = ["ulp-write", "ulp-read", "ulp-send", "ulp-ping", "perf-write", "perf-read", "perf-send",
-         "perf-lat", "nfs-seqwrite", "nfs-seqread", "nfs-randread", "nvme-seqwrite", "nvme-seqread",
-         "nvme-randread", "smb-seqwrite", "smb-seqread", "smb-randread", "iser-seqwrite",
-         "iser-seqread", "iser-randread"]
+         "perf-send-ev", "perf-lat", "nfs-seqwrite", "nfs-seqread",
+         "nfs-randread", "nvme-seqwrite", "nvme-seqread", "nvme-randread", "smb-seqwrite",
+         "smb-seqread", "smb-randread", "iser-seqwrite", "iser-seqread", "iser-randread"]
 # (driver in raw.csv, column name)
 DRIVERS = [("siw", "siw_crc_MBps"), ("rsiw", "rsiw_crc_MBps"),
            ("siw-nocrc", "siw_nocrc_MBps"), ("rsiw-nocrc", "rsiw_nocrc_MBps")]

@@ -63,8 +63,10 @@ port=20950
 # twice, for the exchange of parameters and then for the test's QPs, and its
 # client can connect the second time before the second listen (under TCG, in
 # two of session 43's and 44's six runs of this test). TCP refuses that
-# connection, and the client's own retry crashes in librdmacm. A perftest client refused
-# that way is run again with a fresh server, at most twice, and says so.
+# connection (the client reports ECONNREFUSED: as an error, or as the status of
+# a REJECTED event when rsiw connects), and the client's own retry crashes in
+# librdmacm. A perftest client refused that way is run again with a fresh
+# server, at most twice, and says so.
 serve() {
 	local desc=$1 srv=() cli=() pid cpid st_s st_c stuck try
 	shift 2
@@ -99,7 +101,7 @@ serve() {
 		st_c=$?
 		[ -z "$stuck" ] || st_c=124
 		if [ "$st_c" != 0 ] && [ -z "$stuck" ] && ((try < 3)) && [[ ${cli[0]} == ib_* ]] &&
-			grep -q 'Connection refused' "$TEST_TMP/client"; then
+			grep -qE 'Connection refused|REJECTED; error: -111\.' "$TEST_TMP/client"; then
 			# The server waits for the connection that was refused.
 			kill "$pid" 2>/dev/null
 			wait "$pid"

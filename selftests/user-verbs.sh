@@ -61,12 +61,11 @@ port=20950
 #
 # perftest over rdma_cm (-R) races with itself: its server listens on the port
 # twice, for the exchange of parameters and then for the test's QPs, and its
-# client can connect the second time before the second listen (under TCG, in
-# two of session 43's and 44's six runs of this test). TCP refuses that
-# connection (the client reports ECONNREFUSED: as an error, or as the status of
-# a REJECTED event when rsiw connects), and the client's own retry crashes in
-# librdmacm. A perftest client refused that way is run again with a fresh
-# server, at most twice, and says so.
+# client can connect the second time before the second listen (rarely, under
+# TCG). TCP refuses that connection (the client reports ECONNREFUSED: as an
+# error, or as the status of a REJECTED event when rsiw connects), and the
+# client's own retry crashes in librdmacm. A perftest client refused that way
+# is run again with a fresh server, at most twice, and says so.
 serve() {
 	local desc=$1 srv=() cli=() pid cpid st_s st_c stuck try
 	shift 2

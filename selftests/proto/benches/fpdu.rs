@@ -218,6 +218,7 @@ fn fpdu_ranges(wire: &[u8]) -> Vec<(usize, usize)> {
 }
 
 const SIZES: [usize; 3] = [4 << 10, 64 << 10, 1 << 20];
+const MULPDUS: [u16; 2] = [1454, 64768];
 /// Piece of the chunked copy: below glibc's `rep movsb` threshold.
 const CHUNK: usize = 2048;
 
@@ -227,7 +228,6 @@ fn copy_chunked(dst: &mut [u8], src: &[u8]) {
         d.copy_from_slice(s);
     }
 }
-const MULPDUS: [u16; 2] = [1454, 64768];
 
 fn engine<C: Crc32c + Copy>(c: &mut Criterion, name: &str, crc: C) {
     // The engine must be a CRC32c before its numbers mean anything.

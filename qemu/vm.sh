@@ -11,6 +11,18 @@
 
 VM_CPUS=${VM_CPUS:-2}
 VM_MEMORY=${VM_MEMORY:-4G}
+# The guest CPU: vng's "max" without FSRM and ERMS. With them the kernel
+# copies with rep movsb, which TCG runs a byte at a time; without them, rep
+# movsq and unrolled loops (a 256 MiB pipe copy 20 % faster, loopback TCP
+# 30 %).
+VM_QEMU_CPU=${VM_QEMU_CPU:-max,fsrm=off,erms=off}
+# The root (the host's, read-only over 9p) with cache=loose: the guest keeps
+# what it read instead of asking the host again (a dynamically linked exec
+# 25 % faster, a python3 start twice as fast). The host does not change the
+# checkout or the module tree during a run (scripts/module.sh waits for the
+# run's lock), and the results directories are mounts of their own.
+# VM_ROOT_CACHE=none keeps vng's uncached mount.
+VM_ROOT_CACHE=${VM_ROOT_CACHE:-loose}
 
 # Kernel command line for every boot:
 #   loglevel=4           only warnings and worse reach the (slow, emulated)
@@ -24,6 +36,9 @@ VM_MEMORY=${VM_MEMORY:-4G}
 #                        driver in as a module, and udev would load it)
 VM_APPEND=(loglevel=4 log_buf_len=8M slab_nomerge hung_task_timeout_secs=60
 	module_blacklist=crc32c_intel)
+# vng sets rootflags first; the kernel keeps the last.
+[ "$VM_ROOT_CACHE" = none ] ||
+	VM_APPEND+=("rootflags=version=9p2000.L,trans=virtio,access=any,msize=524288,cache=$VM_ROOT_CACHE")
 # The KASAN kernel (KASAN=1, qemu/rsiw-kasan.config) also gets SLUB's own
 # checks: sanity checks (F), red zones (Z), poisoning (P) and the owner of
 # each object (U), for its reports. Both slow the guest, so tests get
@@ -86,7 +101,7 @@ vm_vng_args() {
 		esac
 	done
 	_out=(--run "$kdir" --disable-kvm --cpus "$VM_CPUS" --memory "$VM_MEMORY"
-		--cwd "$RSIW_ROOT" --name "$name")
+		--cwd "$RSIW_ROOT" --name "$name" "--qemu-opts=-cpu $VM_QEMU_CPU")
 	for a in "${VM_APPEND[@]}"; do
 		_out+=(--append "$a")
 	done

@@ -18,9 +18,10 @@ VM_MEMORY=${VM_MEMORY:-4G}
 VM_QEMU_CPU=${VM_QEMU_CPU:-max,fsrm=off,erms=off}
 # The root (the host's, read-only over 9p) with cache=loose: the guest keeps
 # what it read instead of asking the host again (a dynamically linked exec
-# 25 % faster, a python3 start twice as fast). The host does not change the
-# checkout or the module tree during a run (scripts/module.sh waits for the
-# run's lock), and the results directories are mounts of their own.
+# 25 % faster, a python3 start twice as fast). A file the host changes during
+# a run may look stale in the guest: scripts/module.sh installs modules only
+# between runs (it waits for the run's lock). The results directories are
+# mounts of their own, uncached.
 # VM_ROOT_CACHE=none keeps vng's uncached mount.
 VM_ROOT_CACHE=${VM_ROOT_CACHE:-loose}
 
@@ -298,10 +299,18 @@ leaked reference
 reference already released
 unregister_netdevice: waiting for'
 
+# The patterns as grep arguments (-e each), made once: tests call
+# vm_splat_lines after every case, and a process substitution forks.
+VM_SPLAT_ARGS=()
+while IFS= read -r _re; do
+	VM_SPLAT_ARGS+=(-e "$_re")
+done <<<"$VM_SPLAT_PATTERNS"
+unset _re
+
 # vm_splat_lines FILE: print FILE's lines that match a splat pattern (ignoring
 # the selftest runner's own "rsiw-selftest:" markers). Status 0 if any did.
 vm_splat_lines() {
-	grep -v 'rsiw-selftest:' "$1" | grep -E -f <(printf '%s\n' "$VM_SPLAT_PATTERNS")
+	grep -v 'rsiw-selftest:' "$1" | grep -E "${VM_SPLAT_ARGS[@]}"
 }
 
 # vm_console_excerpt CONSOLE TEST: print the part of a VM's console worth

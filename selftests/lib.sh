@@ -80,18 +80,24 @@ _run() {
 	local st
 	"$@" >"$TEST_TMP/out" 2>&1
 	st=$?
-	OUT=$(cat "$TEST_TMP/out")
+	OUT=$(<"$TEST_TMP/out")
 	return "$st"
 }
 
 # tap_check DESC CMD [ARG]...: run CMD; ok when it succeeds, else not ok with
-# its output and status. Sets OUT to the output. Returns CMD's status.
+# its output and status. Sets OUT to the output. Returns CMD's status. The
+# diagnostics are made only for a failure (head is an exec).
 tap_check() {
 	local desc=$1 st
 	shift
 	_run "$@"
 	st=$?
-	tap_result "$st" "$desc" "\$ $*" "$(head -n 30 <<<"$OUT")" "exit status $st"
+	if [ "$st" = 0 ]; then
+		tap_ok "$desc"
+	else
+		tap_fail "$desc" "\$ $*" "$(head -n 30 <<<"$OUT")" "exit status $st"
+	fi
+	return "$st"
 }
 
 # tap_check_fails DESC CMD [ARG]...: run CMD; ok when it fails. Sets OUT.
@@ -499,17 +505,37 @@ coproc_end() {
 # TCG one run of a tool like rdma takes a good part of a second, which is not
 # the kernel's delay. Call it in the test's shell, not in $(...), to see
 # WAITED_MS.
+# The loop takes no exec of its own (no date, no sleep): under TCG each costs
+# about 0.1 s, so a poll was a quarter of a second, not 20 ms.
 wait_for() {
-	local limit_ms start
-	limit_ms=$(awk -v s="$1" -v f="${VM_TIMEOUT_SCALE:-1}" 'BEGIN { printf "%d", s * f * 1000 }')
+	local limit_ms start_us
+	seconds_to_ms "$1"
+	limit_ms=$((MS * ${VM_TIMEOUT_SCALE:-1}))
 	shift
-	start=$(date +%s%3N)
+	start_us=${EPOCHREALTIME/./}
 	while :; do
-		WAITED_MS=$(($(date +%s%3N) - start))
+		WAITED_MS=$(((${EPOCHREALTIME/./} - start_us) / 1000))
 		"$@" && return 0
 		((WAITED_MS > limit_ms)) && return 1
-		sleep 0.02
+		nap 0.02
 	done
+}
+
+# seconds_to_ms SECONDS: SECONDS (whole, or with a decimal fraction) in
+# milliseconds, in MS.
+seconds_to_ms() {
+	local whole=${1%%.*} frac=
+	[[ $1 == *.* ]] && frac=${1#*.}
+	frac=${frac}000
+	MS=$((10#${whole:-0} * 1000 + 10#${frac:0:3}))
+}
+
+# nap SECONDS: sleep in this shell, without an exec: read's timeout on a pipe
+# this shell holds both ends of, so nothing ever arrives.
+exec {_nap_fd}<> <(:)
+nap() {
+	read -rt "$1" -u "$_nap_fd" _
+	return 0
 }
 
 # tap_wait DESC SECONDS CMD [ARG]...: a check that CMD succeeds within SECONDS

@@ -61,7 +61,7 @@ pair_wait() {
 			PAIR_MSG="VM $PAIR_PEER did not post '$1' within ${2:-$PAIR_WAIT}s"
 			return 1
 		fi
-		sleep 0.2
+		nap 0.2
 	done
 	PAIR_MSG=$(cat "$f")
 }

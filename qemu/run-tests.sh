@@ -170,6 +170,22 @@ check_matcher() {
 		echo "not ok $n - taint W flagged, taint O not"
 		bad=$((bad + 1))
 	fi
+	# A user process's fault report fails a test unless the test named that
+	# process in its expected-faults file ("PID COMM REASON").
+	local faults
+	faults=$(mktemp)
+	printf '%s\n' '[  975.188043] traps: ib_send_bw[5200] general protection fault ip:7f4071995472 sp:7ffc4a21a0b0 error:0 in librdmacm.so.1.3.44.0[a472,7f407198f000+15000]' >"$f"
+	n=$((n + 1))
+	: >"$faults"
+	if vm_splat_lines "$f" "$faults" >/dev/null &&
+		echo "5201 ib_send_bw refused" >"$faults" && vm_splat_lines "$f" "$faults" >/dev/null &&
+		echo "5200 ib_send_bw refused" >"$faults" && ! vm_splat_lines "$f" "$faults" >/dev/null; then
+		echo "ok $n - a user fault report fails unless the test expected that process's fault"
+	else
+		echo "not ok $n - a user fault report fails unless the test expected that process's fault"
+		bad=$((bad + 1))
+	fi
+	rm -f "$faults"
 	# The console excerpt after a crash: a splat's first line and the console's end, or,
 	# without a splat, the end.
 	{

@@ -307,10 +307,24 @@ while IFS= read -r _re; do
 done <<<"$VM_SPLAT_PATTERNS"
 unset _re
 
-# vm_splat_lines FILE: print FILE's lines that match a splat pattern (ignoring
-# the selftest runner's own "rsiw-selftest:" markers). Status 0 if any did.
+# vm_splat_lines FILE [EXPECTED_FAULTS]: print FILE's lines that match a splat
+# pattern (ignoring the selftest runner's own "rsiw-selftest:" markers).
+# Status 0 if any did. EXPECTED_FAULTS, when it exists, names user processes
+# the test expected to die of a fault ("PID COMM REASON" a line, see
+# testing.rst): the kernel's reports of those faults ("traps: COMM[PID] ..."
+# for a general protection fault, "COMM[PID]: segfault at ...") are left out.
 vm_splat_lines() {
-	grep -v 'rsiw-selftest:' "$1" | grep -E "${VM_SPLAT_ARGS[@]}"
+	local pid comm _ expected=()
+	if [ -n "${2:-}" ] && [ -f "$2" ]; then
+		while read -r pid comm _; do
+			[ -n "$comm" ] && expected+=(-e "traps: $comm[$pid] " -e "$comm[$pid]: segfault at ")
+		done <"$2"
+	fi
+	if ((${#expected[@]})); then
+		grep -v 'rsiw-selftest:' "$1" | grep -v -F "${expected[@]}" | grep -E "${VM_SPLAT_ARGS[@]}"
+	else
+		grep -v 'rsiw-selftest:' "$1" | grep -E "${VM_SPLAT_ARGS[@]}"
+	fi
 }
 
 # vm_console_excerpt CONSOLE TEST: print the part of a VM's console worth
@@ -412,7 +426,7 @@ vm_test_diags() {
 	if ! head -n 1 "$dir/dmesg.txt" | grep -q "rsiw-selftest: begin $(basename "$test" .sh) "; then
 		_diags+=("${p}the kernel log lost the test's begin marker (did the ring buffer wrap?): its splats cannot be judged")
 	fi
-	if splat=$(vm_splat_lines "$dir/dmesg.txt"); then
+	if splat=$(vm_splat_lines "$dir/dmesg.txt" "$dir/expected-faults"); then
 		_diags+=("${p}kernel splat during the test (full log: $dir/dmesg.txt):" "$(head -n 20 <<<"$splat")")
 		chain=$(vm_lockdep_chain "$dir/dmesg.txt" | head -n 40)
 		[ -z "$chain" ] || _diags+=("${p}lockdep's report, its locks and where they were taken:" "$chain")

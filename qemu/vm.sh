@@ -314,17 +314,13 @@ unset _re
 # testing.rst): the kernel's reports of those faults ("traps: COMM[PID] ..."
 # for a general protection fault, "COMM[PID]: segfault at ...") are left out.
 vm_splat_lines() {
-	local pid comm _ expected=()
+	local pid comm _ skip=(-e 'rsiw-selftest:')
 	if [ -n "${2:-}" ] && [ -f "$2" ]; then
 		while read -r pid comm _; do
-			[ -n "$comm" ] && expected+=(-e "traps: $comm[$pid] " -e "$comm[$pid]: segfault at ")
+			[ -n "$comm" ] && skip+=(-e "traps: $comm[$pid] " -e "$comm[$pid]: segfault at ")
 		done <"$2"
 	fi
-	if ((${#expected[@]})); then
-		grep -v 'rsiw-selftest:' "$1" | grep -v -F "${expected[@]}" | grep -E "${VM_SPLAT_ARGS[@]}"
-	else
-		grep -v 'rsiw-selftest:' "$1" | grep -E "${VM_SPLAT_ARGS[@]}"
-	fi
+	grep -v -F "${skip[@]}" "$1" | grep -E "${VM_SPLAT_ARGS[@]}"
 }
 
 # vm_console_excerpt CONSOLE TEST: print the part of a VM's console worth

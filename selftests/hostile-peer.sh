@@ -136,11 +136,12 @@ log_read_ms=0
 # now_ms: the time in ms, in NOW_MS (builtins: no exec per case).
 now_ms() { NOW_MS=$((${EPOCHREALTIME/./} / 1000)); }
 log_gap() {
-	local left
+	local left secs
 	now_ms
 	left=$((log_read_ms + LOG_GAP_MS - NOW_MS))
 	if ((left > 0)); then
-		nap "$((left / 1000)).$(printf '%03d' $((left % 1000)))"
+		printf -v secs '%d.%03d' $((left / 1000)) $((left % 1000))
+		nap "$secs"
 	fi
 }
 

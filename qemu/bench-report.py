@@ -275,18 +275,19 @@ def main():
     sched = sched_rows(out)
     if sched:
         print("where the guest's CPU time went (medians of the rounds; ms on a CPU / ms runnable")
-        print("but waiting for one): unbound workers (rsiw's transmit and receive work), the C")
-        print("siw's transmit threads, ksoftirqd; and the shares of idle and softirq time")
-        sline = "  %-14s %7s %-10s %13s %13s %13s %6s %8s"
-        print(sline % ("workload", "size", "driver", "kworker/u", "siw_tx", "ksoftirqd",
-                       "idle%", "softirq%"))
+        print("but waiting for one): unbound workers (rsiw's transmit work), per-CPU workers")
+        print("(rsiw's receive work), the C siw's transmit threads, ksoftirqd; and the shares")
+        print("of idle and softirq time")
+        sline = "  %-14s %7s %-10s %13s %13s %13s %13s %6s %8s"
+        print(sline % ("workload", "size", "driver", "kworker/u", "kworker/N", "siw_tx",
+                       "ksoftirqd", "idle%", "softirq%"))
 
         def rw(v):
             return "-" if v is None else "%.0f/%.0f" % v
 
         for (w, size, drv), v in by_row(sched):
             print(sline % (w, size_name(size), drv, rw(v.get("unbound-workers")),
-                           rw(v.get("siw-tx")), rw(v.get("ksoftirqd")),
+                           rw(v.get("cpu-workers")), rw(v.get("siw-tx")), rw(v.get("ksoftirqd")),
                            "%.0f" % v.get("idle%", (0,))[0],
                            "%.0f" % v.get("softirq%", (0,))[0]))
         print()

@@ -14,6 +14,8 @@
 # alternating the drivers, default 3: each ratio's median and range), BENCH_ONLY (regular expression on workload names),
 # BENCH_DRIVERS (which of siw rsiw siw-nocrc rsiw-nocrc, default all),
 # BENCH_CORE=1 also runs the protocol core's host microbenchmark (criterion).
+# BENCH_PROFILE=1 writes a CPU profile of each test ULP and perftest
+# measurement (perf record in the guest) into profile/.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=vm.sh
 . "$(dirname "$0")/vm.sh"
@@ -34,7 +36,7 @@ fi
 vm_lock
 progress "benchmark VM (TCG): siw and rsiw, with CRC and without, then iperf3; about 10 minutes a round"
 env_args=()
-for v in BENCH_SECS BENCH_ROUNDS BENCH_ONLY BENCH_DRIVERS; do
+for v in BENCH_SECS BENCH_ROUNDS BENCH_ONLY BENCH_DRIVERS BENCH_PROFILE; do
 	[ -n "${!v:-}" ] && env_args+=("$v=${!v}")
 done
 vm_exec --rwdir "$out" -- env "${env_args[@]}" "$RSIW_ROOT/qemu/guest-bench.sh" "$out" |

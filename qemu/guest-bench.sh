@@ -15,7 +15,9 @@
 # (rounds over all drivers, alternating them, default 3; the report gives each
 # ratio's median and range over the rounds),
 # BENCH_ONLY (a regular expression on workload names: ulp-*, perf-*, nfs-*,
-# nvme-*, smb-*, iser-*, iperf3), BENCH_DRIVERS (default "siw rsiw siw-nocrc rsiw-nocrc").
+# nvme-*, smb-*, iser-*, iperf3), BENCH_DRIVERS (default "siw rsiw siw-nocrc rsiw-nocrc"),
+# BENCH_PROFILE=1 (a CPU profile of every test ULP and perftest measurement:
+# OUT/profile/<workload>-<size>-<driver>-round<N>.txt, from perf record -a).
 # shellcheck source-path=SCRIPTDIR
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -94,8 +96,9 @@ sched_snapshot() {
 }
 # sched_record WORKLOAD SIZE DRIVER: lines of sched.csv, where the guest's CPU
 # time went since the last measurement: run and wait (runnable, not running)
-# milliseconds of the unbound workers (rsiw's transmit and receive work), the
-# C siw's transmit threads, ksoftirqd, per-CPU workers and the rest, and
+# milliseconds of the unbound workers (rsiw's transmit work), the per-CPU
+# workers (rsiw's receive work), the C siw's transmit threads, ksoftirqd and
+# the rest, and
 # the share of CPU time spent idle and in softirq. Threads that exited
 # meanwhile (perftest's) are not in it: they are the busy time left over.
 sched_record() {
@@ -125,6 +128,34 @@ sched_record() {
 	SCHED_LAST=$now
 }
 wanted() { [[ $1 =~ $ONLY ]]; }
+
+# profile_start NAME: with BENCH_PROFILE=1, samples every CPU (kernel and user,
+# no call chains) until profile_stop, which writes OUT/profile/NAME.txt: the
+# symbols by share of the samples, the threads, and each thread's symbols.
+# Under TCG the sampling timer waits while interrupts are off, so work done
+# under an irq-safe spinlock shows up at the unlock that enables them again.
+profile_start() {
+	[ "${BENCH_PROFILE:-0}" = 1 ] || return 0
+	mkdir -p "$OUT/profile"
+	PROFILE_NAME=$1
+	perf record -q -a -F 499 -o "$OUT/profile/$1.data" >/dev/null 2>&1 &
+	PROFILE_PID=$!
+}
+profile_stop() {
+	[ -n "${PROFILE_PID:-}" ] || return 0
+	kill -INT "$PROFILE_PID"
+	wait "$PROFILE_PID"
+	local data=$OUT/profile/$PROFILE_NAME.data
+	{
+		perf report -i "$data" --stdio -q --sort sym --percent-limit 0.5
+		echo
+		perf report -i "$data" --stdio -q --sort comm --percent-limit 0.5
+		echo
+		perf report -i "$data" --stdio -q --sort comm,sym --percent-limit 0.3
+	} >"$OUT/profile/$PROFILE_NAME.txt" 2>&1
+	rm -f "$data"
+	PROFILE_PID=
+}
 WORKLOADS=(ulp-write ulp-read ulp-send ulp-ping perf-write perf-read perf-send perf-send-ev
 	perf-lat
 	nfs-seqwrite nfs-seqread nfs-randread nvme-seqwrite nvme-seqread nvme-randread
@@ -210,12 +241,14 @@ ulp_bench() { # DRIVER
 		for size in 4096 65536 1048576; do
 			wanted "ulp-$op" || continue
 			echo clear >"$ULP/ctl"
+			profile_start "ulp-$op-$size-$1-round$ROUND"
 			if echo "bench addr=$IP port=20887 op=$op size=$size secs=$SECS" >"$ULP/ctl"; then
 				res=$(cat "$ULP/result")
 				mbps=$(sed -nE 's/.* MBps=([0-9.]+)$/\1/p' <<<"$res")
 			else
 				mbps=
 			fi
+			profile_stop
 			[ -n "$mbps" ] || { say "ulp-$op $size $1: failed: $(cat "$ULP/result" 2>/dev/null)"; mbps=0; }
 			record "ulp-$op" "$size" "$1" "$mbps"
 		done
@@ -281,7 +314,9 @@ perf_bw() {
 	local workload=$1 drv=$2 op=$3 size=$4 mbps
 	local -A per_sec=([4096]=250 [65536]=200 [1048576]=20)
 	shift 4
+	profile_start "$workload-$size-$drv-round$ROUND"
 	perf_try "ib_${op}_bw" "$@" -s "$size" -n $((per_sec[$size] * SECS))
+	profile_stop
 	mbps=$(awk -v s="$size" '$1 == s && NF >= 4 { print $4 }' <<<"$out" | tail -n 1)
 	[ -n "$mbps" ] || { say "$workload $size $drv: failed: $(tail -n 3 <<<"$out")"; mbps=0; }
 	# A zero is no measurement either (bench-report.py leaves it out): keep

@@ -5,7 +5,8 @@
 # multi-SGE RDMA WRITE, RDMA READ, READ_WITH_INV, inline, zero-length,
 # REG_MR with key rotation, LOCAL_INV; signaled and unsignaled) at sizes 0, 1,
 # 4095, 4096, 65537 and 4 MiB with byte-exact data and guard checks, 64 QPs at
-# once, a reject with private data, teardown with traffic in flight, STag
+# once, 4 MiB WRITE, READ and SEND while CPU 1 goes offline and back, a
+# reject with private data, teardown with traffic in flight, STag
 # indexes not allocated in sequence (32 MRs in a row), the peer's FIN right
 # behind bulk data (which must still complete), an orderly close with
 # READs in flight (no reset on either side), and the MPA modes
@@ -173,6 +174,34 @@ else
 	tap_check "restore the default MPA mode" set_mode
 fi
 ulp_run "64 QPs" "$client test=qps qps=64 size=65537 sge=2"
+# A CPU going offline and back under bulk traffic. Bulk receive work is queued
+# on another CPU than the upcall's, so it may be queued for a CPU on its way
+# out (it then runs on one that stays) or find no other CPU online. Every byte
+# is still checked.
+cpu1=/sys/devices/system/cpu/cpu1/online
+if [ -w "$cpu1" ]; then
+	stop_toggling=$TEST_TMP/stop-toggling
+	toggles=$TEST_TMP/toggles
+	(
+		n=0
+		while [ ! -e "$stop_toggling" ]; do
+			echo 0 >"$cpu1" && echo 1 >"$cpu1" && n=$((n + 1))
+			nap 0.1
+		done
+		echo "$n" >"$toggles"
+	) &
+	toggler=$!
+	for t in write read send; do
+		ulp_run "$t, 4 MiB, while CPU 1 goes offline and back" "$client test=$t size=4194304 sge=2"
+	done
+	touch "$stop_toggling"
+	wait "$toggler"
+	tap_check "CPU 1 went offline and back during the transfers (times: $(cat "$toggles" 2>/dev/null))" \
+		test "$(cat "$toggles" 2>/dev/null || echo 0)" -gt 0
+	tap_check "CPU 1 is online again" grep -qx 1 "$cpu1"
+else
+	tap_skip "bulk traffic while a CPU goes offline" "no CPU 1 that can go offline"
+fi
 ulp_run "teardown in flight" "$client test=teardown"
 # The server's FIN right behind 1 MiB of SENDs, on 32 connections: the data
 # must complete at the client before the disconnect, however far its receive

@@ -108,8 +108,8 @@ pub(crate) struct DeviceData {
     node_guid: u64,
     /// The name the device was created with, for the removal message.
     name: CString,
-    /// The module's workqueue, where the device's QPs transmit and receive.
-    wq: Arc<OwnedQueue>,
+    /// The module's workqueues, where the device's QPs transmit and receive.
+    wq: Arc<WorkQueues>,
     /// The connection manager's counts, and those of QPs already destroyed ([`crate::stats`]).
     pub(crate) counters: Counters,
     /// The QP counters (`rdma statistic qp`). Taken in process context by the core's counter
@@ -118,9 +118,38 @@ pub(crate) struct DeviceData {
     qp_counters: Mutex<QpCounters>,
 }
 
-/// The workqueue that runs `dev`'s deferred data-path work.
+/// The module's workqueues (see `Execution model` in `Documentation/rsiw/design.rst`).
+pub(crate) struct WorkQueues {
+    /// Unbound: transmit work and the connection manager's.
+    general: OwnedQueue,
+    /// Per CPU: receive work, each item queued on a CPU other than the `data_ready` upcall's
+    /// (on a loopback route, the sender's). CPU intensive: an item places up to a socket's
+    /// worth of data, and must not hold back the CPU's other per-CPU work meanwhile.
+    receive: OwnedQueue,
+}
+
+impl WorkQueues {
+    fn new() -> Result<Self> {
+        // Reclaim, both: NFS and NVMe-oF writeback go through them.
+        let reclaim = QueueFlags::MEM_RECLAIM;
+        Ok(Self {
+            general: OwnedQueue::new(c_str!("rsiw"), QueueFlags::UNBOUND | reclaim)?,
+            receive: OwnedQueue::new(
+                c_str!("rsiw_rx"),
+                QueueFlags::PER_CPU | QueueFlags::CPU_INTENSIVE | reclaim,
+            )?,
+        })
+    }
+}
+
+/// The workqueue that runs `dev`'s transmit and connection work.
 pub(crate) fn workqueue(dev: &Device<Rsiw>) -> &Queue {
-    dev.data().wq.queue()
+    dev.data().wq.general.queue()
+}
+
+/// The per-CPU workqueue that runs `dev`'s receive work.
+pub(crate) fn receive_workqueue(dev: &Device<Rsiw>) -> &Queue {
+    dev.data().wq.receive.queue()
 }
 
 #[pinned_drop]
@@ -549,9 +578,9 @@ pub(crate) struct Links {
     /// across the device's registration, which may sleep: hence a mutex.
     #[pin]
     create_lock: Mutex<()>,
-    /// The module's workqueue, shared by every device. Dropped after `registry`, which removed
-    /// every device, so the drain waits only for items finishing: none runs module code later.
-    wq: Arc<OwnedQueue>,
+    /// The module's workqueues, shared by every device. Dropped after `registry`, which removed
+    /// every device, so the drains wait only for items finishing: none runs module code later.
+    wq: Arc<WorkQueues>,
 }
 
 static LINK_SLOT: HandlerSlot<Links> = HandlerSlot::new();
@@ -561,13 +590,7 @@ impl Links {
         try_pin_init!(Self {
             registry <- Registry::new(module),
             create_lock <- new_mutex!((), "rsiw::Links::create_lock"),
-            // Unbound: placing received data and building FPDUs then run on another CPU than
-            // the softirq that received (on loopback, the sender's). Reclaim: NFS and NVMe-oF
-            // writeback go through it.
-            wq: Arc::new(
-                OwnedQueue::new(c_str!("rsiw"), QueueFlags::UNBOUND | QueueFlags::MEM_RECLAIM)?,
-                GFP_KERNEL
-            )?,
+            wq: Arc::new(WorkQueues::new()?, GFP_KERNEL)?,
         })
     }
 

@@ -35,6 +35,9 @@ impl QueueFlags {
     pub const MEM_RECLAIM: Self = Self(bindings::wq_flags_WQ_MEM_RECLAIM);
     /// Workers run at high priority (`WQ_HIGHPRI`).
     pub const HIGHPRI: Self = Self(bindings::wq_flags_WQ_HIGHPRI);
+    /// Items are CPU-bound: on a per-CPU queue, a running item does not hold back the CPU's
+    /// other work items (`WQ_CPU_INTENSIVE`).
+    pub const CPU_INTENSIVE: Self = Self(bindings::wq_flags_WQ_CPU_INTENSIVE);
 }
 
 impl core::ops::BitOr for QueueFlags {
@@ -42,6 +45,33 @@ impl core::ops::BitOr for QueueFlags {
 
     fn bitor(self, rhs: Self) -> Self {
         Self(self.0 | rhs.0)
+    }
+}
+
+/// A CPU whose workers run an item queued on a per-CPU queue ([`QueueFlags::PER_CPU`]).
+///
+/// # Invariants
+///
+/// The CPU was online when the value was made. It may go offline later: an item queued on it
+/// then runs on another CPU (`queue_work_on`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Cpu(core::ffi::c_int);
+
+impl Cpu {
+    /// One of the online CPUs other than the caller's, chosen by `spread` modulo their number
+    /// (equal values choose the same CPU while the caller's CPU and the online ones stay the
+    /// same), or `None` if the caller's CPU is the only one online. Any context; the caller may
+    /// run on another CPU by the time it uses the value.
+    pub fn other(spread: u32) -> Option<Self> {
+        // SAFETY: The helper only reads the online mask and the current CPU's number.
+        let cpu = unsafe { bindings::owned_queue_other_cpu(spread) };
+        // INVARIANT: The helper picks from the online CPUs, or returns -1.
+        (cpu >= 0).then_some(Self(cpu))
+    }
+
+    /// The CPU's number, for `queue_work_on`.
+    pub(crate) fn as_raw(self) -> core::ffi::c_int {
+        self.0
     }
 }
 

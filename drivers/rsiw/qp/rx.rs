@@ -5,8 +5,9 @@
 //! [`receive`] walks the queued socket buffers with `tcp_read_sock` and feeds them to the
 //! protocol core's [`RxStream`], holding the QP lock. The socket's `data_ready` upcall
 //! (softirq, socket locked) reaches [`receive_or_defer`], which runs it there for short
-//! messages and hands bulk data to a work item ([`receive_work`]), so that placing data can
-//! proceed on another CPU than receiving it. Each segment's header is validated against the
+//! messages and hands bulk data to a work item ([`receive_work`]), queued on another CPU than
+//! its own (a per-CPU queue), so that placing data proceeds there while this CPU goes on
+//! receiving, or on a loopback route, sending. Each segment's header is validated against the
 //! connection's state before a single payload octet is placed: tagged segments against the
 //! STag table (valid, key, PD, rights, bounds), Read Responses against the outstanding Read,
 //! Sends against the receive queue and the DDP sequence numbers.
@@ -47,6 +48,7 @@ use crate::{
 use kernel::{
     alloc::KVVec,
     ksock::{Consumed, LockedSock, SkbData},
+    owned_queue::Cpu,
     prelude::*,
     rdma::{
         mr::KernelRange,
@@ -154,8 +156,8 @@ struct Ahead<'a, 'b> {
 /// Queued bytes from which `data_ready` hands the receiving to a work item.
 ///
 /// Below, the upcall places the data itself: a short message then costs no scheduling. Bulk
-/// data goes to the work item, which can run on another CPU while this one goes on (on a
-/// loopback route the upcall runs on the sender's CPU, so placing there serializes sending and
+/// data goes to the work item, which runs on another CPU while this one goes on (on a loopback
+/// route the upcall runs on the sender's CPU, so placing there serializes sending and
 /// receiving).
 const RX_DEFER_MIN: usize = 32 * 1024;
 
@@ -176,11 +178,14 @@ pub(crate) fn receive_or_defer(qp: &Qp<Rsiw>, sk: &LockedSock) {
             return;
         }
         if sk.queued_len() >= RX_DEFER_MIN {
-            // The work item holds a QP reference, so `destroy_qp` waits for it to finish.
-            let queued = qp
-                .data()
-                .rx_work
-                .queue(qp, crate::device::workqueue(qp.device()));
+            // The work item holds a QP reference, so `destroy_qp` waits for it to finish. It
+            // runs on another CPU than this upcall (spread over them by QP number), which is
+            // free to go on sending (on loopback) or receiving for other QPs.
+            let queued = qp.data().rx_work.queue_on(
+                qp,
+                crate::device::receive_workqueue(qp.device()),
+                Cpu::other(qp.qpn()),
+            );
             if queued != Queued::QpGone {
                 g.rx_scheduled = true;
                 g.rx_again = false;

@@ -21,7 +21,7 @@ use crate::{
     rdma::udata::UserData,
     types::Opaque,
 };
-use crate::{str::CStr, sync::LockClassKey, time::Jiffies, workqueue::Queue};
+use crate::{owned_queue::Cpu, str::CStr, sync::LockClassKey, time::Jiffies, workqueue::Queue};
 use core::{
     ptr::NonNull,
     sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
@@ -285,6 +285,22 @@ impl<T: Driver> QpWork<T> {
     /// Like [`Self::queue`], to run once `delay` jiffies have passed. An item queued or
     /// waiting already keeps its time.
     pub fn queue_after(&self, qp: &Qp<T>, queue: &Queue, delay: Jiffies) -> Queued {
+        self.queue_on_after(qp, queue, None, delay)
+    }
+
+    /// Like [`Self::queue`], for the workers of `cpu` if `queue` is a per-CPU queue (`None`:
+    /// the caller's CPU there). On an unbound queue `cpu` only chooses the pool.
+    pub fn queue_on(&self, qp: &Qp<T>, queue: &Queue, cpu: Option<Cpu>) -> Queued {
+        self.queue_on_after(qp, queue, cpu, 0)
+    }
+
+    fn queue_on_after(
+        &self,
+        qp: &Qp<T>,
+        queue: &Queue,
+        cpu: Option<Cpu>,
+        delay: Jiffies,
+    ) -> Queued {
         if !qp.data_contains(self) {
             return Queued::QpGone;
         }
@@ -301,11 +317,13 @@ impl<T: Driver> QpWork<T> {
             .cast_mut();
         // SAFETY: `wq` is a live workqueue (borrowed for the call); `dwork` was initialised for
         // `run` and lives in the QP's data, which the reference handed over below keeps alive
-        // until `run` is done with it. With no delay the item is queued at once.
+        // until `run` is done with it. With no delay the item is queued at once. The CPU is
+        // `WORK_CPU_UNBOUND` or one that was online (the invariant of `Cpu`), as
+        // `queue_delayed_work_on` requires.
         let queued = unsafe {
             bindings::queue_delayed_work_on(
                 // CAST: The constant fits the `int` parameter.
-                bindings::wq_misc_consts_WORK_CPU_UNBOUND as _,
+                cpu.map_or(bindings::wq_misc_consts_WORK_CPU_UNBOUND as _, Cpu::as_raw),
                 wq,
                 self.dwork.get(),
                 delay,

@@ -182,6 +182,8 @@ cpu1=/sys/devices/system/cpu/cpu1/online
 if [ -w "$cpu1" ]; then
 	stop_toggling=$TEST_TMP/stop-toggling
 	toggles=$TEST_TMP/toggles
+	# Whatever happens, the CPU comes back for the tests after this one.
+	trap 'touch "$stop_toggling"; echo 1 >"$cpu1" 2>/dev/null; ulp_unload; cleanup' EXIT
 	(
 		n=0
 		while [ ! -e "$stop_toggling" ]; do
@@ -199,6 +201,7 @@ if [ -w "$cpu1" ]; then
 	tap_check "CPU 1 went offline and back during the transfers (times: $(cat "$toggles" 2>/dev/null))" \
 		test "$(cat "$toggles" 2>/dev/null || echo 0)" -gt 0
 	tap_check "CPU 1 is online again" grep -qx 1 "$cpu1"
+	trap 'ulp_unload; cleanup' EXIT
 else
 	tap_skip "bulk traffic while a CPU goes offline" "no CPU 1 that can go offline"
 fi

@@ -324,10 +324,9 @@ impl AllMemory {
                 return Err(EFAULT);
             }
         }
-        // SAFETY: Holding `self` shows the consumer registered all kernel memory for this
-        // device and let the peer name addresses in it; every page of the range is RAM of the
-        // linear map, mapped present and writable (checked above). The range is used only for
-        // the access it was checked for, and no page reference is taken on it.
+        // SAFETY: Holding `self` shows the consumer registered all kernel memory for this device
+        // and let the peer name addresses in it; every page is linear-map RAM, present and writable
+        // (checked above). Used only for the access it was checked for; no page reference taken.
         let mut range = unsafe { KernelRange::new(addr, len)? };
         // INVARIANT: Valid for this access only, so not to be spliced.
         range.spliceable = false;

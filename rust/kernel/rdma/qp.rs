@@ -315,20 +315,12 @@ impl<T: Driver> QpWork<T> {
         let wq = core::ptr::from_ref(queue)
             .cast::<bindings::workqueue_struct>()
             .cast_mut();
-        // SAFETY: `wq` is a live workqueue (borrowed for the call); `dwork` was initialised for
-        // `run` and lives in the QP's data, which the reference handed over below keeps alive
-        // until `run` is done with it. With no delay the item is queued at once. The CPU is
-        // `WORK_CPU_UNBOUND` or one that was online (the invariant of `Cpu`), as
-        // `queue_delayed_work_on` requires.
-        let queued = unsafe {
-            bindings::queue_delayed_work_on(
-                // CAST: The constant fits the `int` parameter.
-                cpu.map_or(bindings::wq_misc_consts_WORK_CPU_UNBOUND as _, Cpu::as_raw),
-                wq,
-                self.dwork.get(),
-                delay,
-            )
-        };
+        // CAST: The constant fits the `int` parameter.
+        let cpu = cpu.map_or(bindings::wq_misc_consts_WORK_CPU_UNBOUND as _, Cpu::as_raw);
+        // SAFETY: `wq` is live (borrowed); `dwork` was initialised for `run` and lives in the QP's
+        // data, kept alive by the reference handed over below until `run` is done with it; `cpu`
+        // is unbound or was online (`Cpu`'s invariant), as `queue_delayed_work_on` requires.
+        let queued = unsafe { bindings::queue_delayed_work_on(cpu, wq, self.dwork.get(), delay) };
         if queued {
             // The queued item owns the reference now; `run` takes it back.
             core::mem::forget(r);

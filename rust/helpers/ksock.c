@@ -92,6 +92,16 @@ void *rust_helper_ksock_page_address(struct page *page)
 	return page_address(page);
 }
 
+/*
+ * Whether the caller's reference on @page is the only one. Acquire: what the
+ * holders of the references dropped before did with the page happens before
+ * the caller writes to it.
+ */
+bool rust_helper_ksock_page_only_ref(struct page *page)
+{
+	return atomic_read_acquire(&page->_refcount) == 1;
+}
+
 void rust_helper_get_page(struct page *page)
 {
 	get_page(page);

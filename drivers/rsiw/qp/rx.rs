@@ -193,8 +193,12 @@ pub(crate) fn receive_or_defer(qp: &Qp<Rsiw>, sk: &LockedSock) {
             }
             // The QP is being destroyed: nothing is placed any more anyway.
         }
+        if !receiving(&g) {
+            return;
+        }
     }
-    receive(qp, sk);
+    // Checked under the lock just taken: a short message costs one lock round fewer.
+    read_queued(qp, sk);
 }
 
 /// Reads and drops everything queued on a socket whose QP no longer receives (its link is
@@ -249,9 +253,13 @@ impl From<Error> for Stop {
 /// page-sized chunk of it: on bulk transfers the lock (and its lockdep bookkeeping) otherwise
 /// costs as much as the copy.
 pub(crate) fn receive(qp: &Qp<Rsiw>, sk: &LockedSock) {
-    if !receiving(&lock(qp)) {
-        return;
+    if receiving(&lock(qp)) {
+        read_queued(qp, sk);
     }
+}
+
+/// [`receive`] once [`receiving`] held.
+fn read_queued(qp: &Qp<Rsiw>, sk: &LockedSock) {
     let mut stop = None;
     let mut wakeup_mark = 0;
     // Read once: nothing queued is consumed before a `Flow::Wait` ends the read.

@@ -194,7 +194,8 @@ impl Drop for ZcToken {
 ///   owns one reference; `bytes` is the sum of their lengths.
 /// - `sent <= bytes`: the first `sent` bytes were handed to TCP already.
 /// - `fill` is null or a page allocated by the batch, on which it owns one more reference, whose
-///   bytes from `fill_off` on no fragment refers to and TCP has never seen.
+///   bytes from `fill_off` on are the batch's alone: no fragment and no other reference (TCP's
+///   among them) reaches them.
 pub struct PageBatch {
     frags: KVec<bindings::bio_vec>,
     bytes: usize,
@@ -387,11 +388,25 @@ impl PageBatch {
     }
 
     /// Empties the batch, dropping every page reference.
+    ///
+    /// The fill page stays for the next batch if nothing refers to it any more (TCP copied
+    /// what it was given, or freed its buffers): a batch of short pieces then allocates no
+    /// page.
     pub fn clear(&mut self) {
         // INVARIANT: Nothing is left to count as sent.
         self.sent = 0;
         self.truncate(0);
-        self.drop_fill();
+        if self.fill.is_null() {
+            return;
+        }
+        // SAFETY: The batch owns a reference on its fill page (type invariant).
+        if unsafe { bindings::ksock_page_only_ref(self.fill) } {
+            // INVARIANT: No fragment is left, and no one else holds a reference that could
+            // reach the page's bytes: all of them are the batch's again.
+            self.fill_off = 0;
+        } else {
+            self.drop_fill();
+        }
     }
 
     fn drop_fill(&mut self) {
@@ -408,6 +423,7 @@ impl PageBatch {
 impl Drop for PageBatch {
     fn drop(&mut self) {
         self.clear();
+        self.drop_fill();
     }
 }
 

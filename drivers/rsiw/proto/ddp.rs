@@ -88,6 +88,7 @@ impl DdpHdr {
 
     /// Decodes the header at the start of `b` (a ULPDU). Reserved bits are
     /// not checked and the version is not validated here.
+    #[inline]
     pub fn parse(b: &[u8]) -> Result<Self, DdpParseError> {
         let ctrl = *b.first().ok_or(DdpParseError::Short(1))?;
         let need = Self::len_from_ctrl(ctrl);

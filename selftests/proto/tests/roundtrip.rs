@@ -7,7 +7,9 @@ use common::{encode, receive, rx, HwCrc};
 use proptest::prelude::*;
 use rsiw_proto::proto::ddp::{DdpHdr, DdpRx, DdpTx};
 use rsiw_proto::proto::error::{MpaCode, TermError};
-use rsiw_proto::proto::fpdu::{RxEvent, TxOp, TxStream, MULPDU_MAX, MULPDU_MIN};
+use rsiw_proto::proto::fpdu::{
+    RxConfig, RxEvent, RxStream, TxOp, TxStream, MULPDU_MAX, MULPDU_MIN,
+};
 use rsiw_proto::proto::rdmap::{Offending, RawDdpHdr, ReadRequest, Terminate, QN_SEND};
 
 fn cases() -> u32 {
@@ -195,6 +197,41 @@ proptest! {
             prop_assert_eq!(&got, payload);
         }
         prop_assert!(it.next().is_none());
+    }
+
+    /// Whole FPDUs in one input (the direct path) and one octet at a time
+    /// (the octet-wise path) give the same events, errors and state, also
+    /// on damaged streams.
+    #[test]
+    fn whole_and_octetwise_input_agree(
+        msgs in proptest::collection::vec((kind(), 0usize..3000), 1..5),
+        mul in mulpdu(),
+        crc in any::<bool>(),
+        max_ulpdu in prop_oneof![Just(u16::MAX), MULPDU_MIN..2000],
+        flips in proptest::collection::vec((any::<usize>(), 0u8..=255), 0..3),
+    ) {
+        let mut tx = TxStream::new(false, crc);
+        let mut dtx = DdpTx::new();
+        let mut wire = Vec::new();
+        for (k, len) in &msgs {
+            let (op, len) = make_op(k, &mut dtx, *len);
+            let payload: Vec<u8> = (0..len).map(|j| j as u8).collect();
+            wire.extend(encode(&mut tx, op, &payload, mul));
+        }
+        for (pos, x) in &flips {
+            let p = pos % wire.len();
+            wire[p] ^= x;
+        }
+        let mut cfg = RxConfig::new(false, crc);
+        cfg.max_ulpdu = max_ulpdu;
+        let (mut whole, mut octets) = (RxStream::new(cfg), RxStream::new(cfg));
+        let a = receive(&mut whole, &wire, &[wire.len()]);
+        let b = receive(&mut octets, &wire, &[1]);
+        prop_assert_eq!(a, b);
+        prop_assert_eq!(whole.offset(), octets.offset());
+        prop_assert_eq!(whole.at_boundary(), octets.at_boundary());
+        prop_assert_eq!(whole.offending(), octets.offending());
+        prop_assert_eq!(whole.error(), octets.error());
     }
 
     /// Payload placed with consume_payload (driver copies itself) in

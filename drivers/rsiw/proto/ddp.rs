@@ -130,6 +130,7 @@ impl DdpHdr {
 
     /// Writes the header to the start of `out` (reserved bits zero) and
     /// returns its length, or `None` if `out` is too short.
+    #[inline]
     pub fn encode(&self, out: &mut [u8]) -> Option<usize> {
         let flags = |t: bool, last: bool, dv: u8| {
             (if t { T_FLAG } else { 0 }) | (if last { L_FLAG } else { 0 }) | (dv & DV_MASK)

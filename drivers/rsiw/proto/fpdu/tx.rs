@@ -214,6 +214,7 @@ impl Segmenter {
     }
 
     /// Writes the ULPDU header of the next segment to the start of `out`.
+    #[inline]
     fn header(&self, last: bool, out: &mut [u8]) -> Option<usize> {
         let rsvd_ulp = ctrl_octet(RDMAP_VERSION, self.op.opcode());
         let untagged = |qn: u32, msn: u32, inval: u32| {
@@ -262,6 +263,7 @@ impl Segmenter {
 
     /// Lays out the next FPDU on `stream`, or `None` when the message is
     /// complete. The stream offset advances by the FPDU's full wire length.
+    #[inline]
     pub fn next_fpdu(&mut self, stream: &mut TxStream) -> Option<FpduTx> {
         if self.finished {
             return None;
@@ -271,7 +273,7 @@ impl Segmenter {
         let end = self.done.checked_add(chunk)?;
         let last = end == self.total;
         let ulpdu = u16::try_from(u32::from(self.hdr_len).checked_add(chunk)?).ok()?;
-        let mut f = FpduTx::blank(stream, ulpdu, self.done, chunk);
+        let mut f = FpduTx::blank(stream, ulpdu, self.done, u16::try_from(chunk).ok()?);
         // The linear head (ULPDU_Length and header) goes right after room
         // for a leading Marker; `layout` then inserts any Markers in place.
         put(&mut f.buf, HEAD_AT, &ulpdu.to_be_bytes())?;
@@ -357,19 +359,20 @@ pub struct FpduTx {
     markers: bool,
     crc_on: bool,
     phase: TxPhase,
+    // Payload counts fit 16 bits (at most MULPDU); with no `len_pos` (see
+    // `len_pos()`) the value stays within 128 octets, cheap to move.
+    payload_len: u16,
+    emitted: u16,
+    fed: u16,
     payload_off: u32,
-    payload_len: u32,
-    emitted: u32,
-    fed: u32,
     start: u32,
-    len_pos: u32,
     wire: u32,
     wire_len: u32,
     crc: u32,
 }
 
 impl FpduTx {
-    const fn blank(stream: &TxStream, ulpdu: u16, payload_off: u32, payload_len: u32) -> Self {
+    const fn blank(stream: &TxStream, ulpdu: u16, payload_off: u32, payload_len: u16) -> Self {
         Self {
             buf: [0u8; TX_BUF],
             head: InlineRange { start: 0, len: 0 },
@@ -384,7 +387,6 @@ impl FpduTx {
             emitted: 0,
             fed: 0,
             start: stream.off,
-            len_pos: stream.off,
             wire: stream.off,
             wire_len: 0,
             crc: CRC32C_INIT,
@@ -394,6 +396,7 @@ impl FpduTx {
     /// Places the FPDU on the stream: its wire length (Markers included)
     /// and the head's Markers. `lin` is the length of the linear head at
     /// `HEAD_AT`.
+    #[inline]
     fn layout(&mut self, stream: &mut TxStream, lin: usize) -> Option<()> {
         let content = u32::from(self.ulpdu_len)
             .checked_add(u32::from(self.pad))?
@@ -410,6 +413,13 @@ impl FpduTx {
             stream.off = start.wrapping_add(content);
             return Some(());
         }
+        self.layout_markers(stream, lin, content)
+    }
+
+    /// [`Self::layout`] with Markers; `content` is the FPDU's length
+    /// without them.
+    fn layout_markers(&mut self, stream: &mut TxStream, lin: usize, content: u32) -> Option<()> {
+        let start = self.start;
         // Markers: a Marker precedes every content octet at a multiple of
         // 512 (one at the very end belongs to the next FPDU).
         let mut w = start;
@@ -433,7 +443,6 @@ impl FpduTx {
             put(&mut self.buf, 0, &[0u8; MARKER_LEN])?;
             at = 0;
             len = len.checked_add(MARKER_LEN)?;
-            self.len_pos = start.wrapping_add(MARKER_LEN as u32);
         } else {
             let until = MARKER_INTERVAL - start % MARKER_INTERVAL;
             if until <= u32::try_from(lin).ok()? {
@@ -473,10 +482,11 @@ impl FpduTx {
 
     /// Payload octets in this FPDU.
     pub const fn payload_len(&self) -> u32 {
-        self.payload_len
+        self.payload_len as u32
     }
 
     /// The octets of an [`InlineRange`] this FPDU handed out.
+    #[inline]
     pub fn inline(&self, r: InlineRange) -> &[u8] {
         let s = usize::from(r.start);
         self.buf
@@ -486,6 +496,7 @@ impl FpduTx {
 
     /// The octets to send for `piece`: the inline octets or the Marker, and
     /// nothing for a payload range (those come from the caller's buffers).
+    #[inline]
     pub fn bytes<'a>(&'a self, piece: &'a TxPiece) -> &'a [u8] {
         match piece {
             TxPiece::Inline(r) => self.inline(*r),
@@ -494,12 +505,21 @@ impl FpduTx {
         }
     }
 
+    /// Stream offset of the FPDU's ULPDU_Length: after a leading Marker.
+    const fn len_pos(&self) -> u32 {
+        if self.markers && self.start % MARKER_INTERVAL == 0 {
+            self.start.wrapping_add(MARKER_LEN as u32)
+        } else {
+            self.start
+        }
+    }
+
     /// The Marker for stream offset `pos` of this FPDU.
     fn marker_at(&self, pos: u32) -> [u8; MARKER_LEN] {
         let ptr = if pos == self.start {
             0
         } else {
-            u16::try_from(pos.wrapping_sub(self.len_pos)).unwrap_or(0)
+            u16::try_from(pos.wrapping_sub(self.len_pos())).unwrap_or(0)
         };
         let p = ptr.to_be_bytes();
         [0, 0, p[0], p[1]]
@@ -513,7 +533,36 @@ impl FpduTx {
 
     /// Builds the trailer (PAD, a Marker if one falls there, CRC) and
     /// returns its range.
+    #[inline]
     fn trailer<C: Crc32c + ?Sized>(&mut self, crc: &C) -> Option<InlineRange> {
+        let mut n = if self.markers {
+            self.trailer_markers()?
+        } else {
+            // One fixed-size write covers any PAD (at most 3 octets).
+            put(&mut self.buf, HEAD_CAP, &[0u8; 3])?;
+            let pad = usize::from(self.pad);
+            self.wire = self.wire.wrapping_add(u32::from(self.pad));
+            HEAD_CAP.checked_add(pad)?
+        };
+        if self.crc_on {
+            let covered = self.buf.get(HEAD_CAP..n)?;
+            if !covered.is_empty() {
+                self.crc = crc.update(self.crc, covered);
+            }
+        }
+        let value = if self.crc_on { finish(self.crc) } else { 0 };
+        put(&mut self.buf, n, &to_wire(value))?;
+        n = n.checked_add(CRC_LEN)?;
+        self.wire = self.wire.wrapping_add(CRC_LEN as u32);
+        Some(InlineRange {
+            start: HEAD_CAP as u8,
+            len: u8::try_from(n.checked_sub(HEAD_CAP)?).ok()?,
+        })
+    }
+
+    /// PAD and any Marker of the trailer with Markers on; returns where the
+    /// CRC goes.
+    fn trailer_markers(&mut self) -> Option<usize> {
         let mut n = HEAD_CAP;
         let mut pad = usize::from(self.pad);
         loop {
@@ -538,25 +587,13 @@ impl FpduTx {
             pad -= step;
             self.wire = self.wire.wrapping_add(u32::try_from(step).ok()?);
         }
-        if self.crc_on {
-            let covered = self.buf.get(HEAD_CAP..n)?;
-            if !covered.is_empty() {
-                self.crc = crc.update(self.crc, covered);
-            }
-        }
-        let value = if self.crc_on { finish(self.crc) } else { 0 };
-        put(&mut self.buf, n, &to_wire(value))?;
-        n = n.checked_add(CRC_LEN)?;
-        self.wire = self.wire.wrapping_add(CRC_LEN as u32);
-        Some(InlineRange {
-            start: HEAD_CAP as u8,
-            len: u8::try_from(n.checked_sub(HEAD_CAP)?).ok()?,
-        })
+        Some(n)
     }
 
     /// The next piece, or `None` when the FPDU is complete. After a
     /// [`TxPiece::Payload`], feed its octets with [`Self::feed_payload`]
     /// before asking for the next piece (when CRC is on).
+    #[inline]
     pub fn next_piece<C: Crc32c + ?Sized>(&mut self, crc: &C) -> Result<Option<TxPiece>, TxError> {
         loop {
             match self.phase {
@@ -578,7 +615,7 @@ impl FpduTx {
                     if self.crc_on && self.fed != self.emitted {
                         return Err(TxError::PayloadNotFed);
                     }
-                    let left = self.payload_len.saturating_sub(self.emitted);
+                    let left = u32::from(self.payload_len.saturating_sub(self.emitted));
                     if left == 0 {
                         self.phase = TxPhase::Trailer;
                         continue;
@@ -595,9 +632,10 @@ impl FpduTx {
                     }
                     let offset = self
                         .payload_off
-                        .checked_add(self.emitted)
+                        .checked_add(u32::from(self.emitted))
                         .ok_or(TxError::Internal)?;
-                    self.emitted = self.emitted.saturating_add(len);
+                    let len16 = u16::try_from(len).map_err(|_| TxError::Internal)?;
+                    self.emitted = self.emitted.saturating_add(len16);
                     self.wire = self.wire.wrapping_add(len);
                     return Ok(Some(TxPiece::Payload { offset, len }));
                 }
@@ -619,12 +657,13 @@ impl FpduTx {
 
     /// Feeds payload octets, in order, for the CRC. `data` must be (part
     /// of) the payload range handed out by the last piece.
+    #[inline]
     pub fn feed_payload<C: Crc32c + ?Sized>(
         &mut self,
         crc: &C,
         data: &[u8],
     ) -> Result<(), TxError> {
-        let n = u32::try_from(data.len()).map_err(|_| TxError::PayloadOverfed)?;
+        let n = u16::try_from(data.len()).map_err(|_| TxError::PayloadOverfed)?;
         let fed = self.fed.checked_add(n).ok_or(TxError::PayloadOverfed)?;
         if fed > self.emitted {
             return Err(TxError::PayloadOverfed);

@@ -136,6 +136,16 @@ impl TxOp {
 /// Cuts one message into FPDUs of at most MULPDU octets of ULPDU.
 #[derive(Clone, Copy, Debug)]
 pub struct Segmenter {
+    plan: Plan,
+    /// The next FPDU, laid out in advance when the one before was handed
+    /// out (valid if `ahead_ok` and for the stream position at hand).
+    ahead: FpduTx,
+    ahead_ok: bool,
+}
+
+/// What a [`Segmenter`] cuts and how far it got.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
     op: TxOp,
     total: u32,
     done: u32,
@@ -173,33 +183,37 @@ impl Segmenter {
         // At most ULPDU_HDR_MAX (70), below MULPDU_MIN (128).
         let hdr_len = u8::try_from(ddp.saturating_add(extra)).map_err(|_| TxError::Internal)?;
         Ok(Self {
-            op,
-            total: payload_len,
-            done: 0,
-            mulpdu,
-            hdr_len,
-            finished: false,
+            plan: Plan {
+                op,
+                total: payload_len,
+                done: 0,
+                mulpdu,
+                hdr_len,
+                finished: false,
+            },
+            ahead: FpduTx::blank(&TxStream::new(false, false), 0, 0, 0),
+            ahead_ok: false,
         })
     }
 
     /// Length of the ULPDU header (DDP plus RDMAP) of every segment.
     pub const fn hdr_len(&self) -> usize {
-        self.hdr_len as usize
+        self.plan.hdr_len as usize
     }
 
     /// Whether every FPDU of the message has been produced.
     pub const fn is_done(&self) -> bool {
-        self.finished
+        self.plan.finished
     }
 
     /// Payload octets already assigned to FPDUs.
     pub const fn payload_done(&self) -> u32 {
-        self.done
+        self.plan.done
     }
 
     /// The MULPDU in force.
     pub const fn mulpdu(&self) -> u16 {
-        self.mulpdu
+        self.plan.mulpdu
     }
 
     /// Changes the MULPDU for the FPDUs not yet produced (DDP lets every
@@ -209,10 +223,43 @@ impl Segmenter {
         if !(MULPDU_MIN..=MULPDU_MAX).contains(&mulpdu) {
             return Err(TxError::BadMulpdu(mulpdu));
         }
-        self.mulpdu = mulpdu;
+        self.plan.mulpdu = mulpdu;
+        self.ahead_ok = false;
         Ok(())
     }
 
+    /// Lays out the next FPDU on `stream`, or `None` when the message is
+    /// complete. The stream offset advances by the FPDU's full wire length.
+    #[inline]
+    pub fn next_fpdu(&mut self, stream: &mut TxStream) -> Option<FpduTx> {
+        if self.plan.finished {
+            return None;
+        }
+        let a = &self.ahead;
+        let ready = self.ahead_ok
+            && a.start == stream.off
+            && a.markers == stream.markers
+            && a.crc_on == stream.crc
+            && a.payload_off == self.plan.done;
+        if !ready {
+            self.ahead_ok = false;
+            self.plan.lay_out(*stream, &mut self.ahead)?;
+        }
+        // Laid out a whole FPDU ago, its octets are in memory by now: the
+        // move does not wait for recent stores to land (as loads spanning
+        // several stores must), which would hold this FPDU's CRC back
+        // until the last one's is done.
+        let f = self.ahead;
+        self.plan.done = f.payload_off.checked_add(f.payload_len())?;
+        stream.off = f.start.wrapping_add(f.wire_len);
+        self.plan.finished = self.plan.done == self.plan.total;
+        self.ahead_ok =
+            !self.plan.finished && self.plan.lay_out(*stream, &mut self.ahead).is_some();
+        Some(f)
+    }
+}
+
+impl Plan {
     /// Writes the ULPDU header of the next segment to the start of `out`.
     #[inline]
     fn header(&self, last: bool, out: &mut [u8]) -> Option<usize> {
@@ -261,30 +308,24 @@ impl Segmenter {
         Some(n)
     }
 
-    /// Lays out the next FPDU on `stream`, or `None` when the message is
-    /// complete. The stream offset advances by the FPDU's full wire length.
+    /// Lays out in `f` the FPDU carrying payload from `self.done`, at the
+    /// position of `stream`.
     #[inline]
-    pub fn next_fpdu(&mut self, stream: &mut TxStream) -> Option<FpduTx> {
-        if self.finished {
-            return None;
-        }
+    fn lay_out(&self, mut stream: TxStream, f: &mut FpduTx) -> Option<()> {
         let room = u32::from(self.mulpdu).checked_sub(u32::from(self.hdr_len))?;
         let chunk = self.total.checked_sub(self.done)?.min(room);
         let end = self.done.checked_add(chunk)?;
         let last = end == self.total;
         let ulpdu = u16::try_from(u32::from(self.hdr_len).checked_add(chunk)?).ok()?;
-        let mut f = FpduTx::blank(stream, ulpdu, self.done, u16::try_from(chunk).ok()?);
+        *f = FpduTx::blank(&stream, ulpdu, self.done, u16::try_from(chunk).ok()?);
         // The linear head (ULPDU_Length and header) goes right after room
         // for a leading Marker; `layout` then inserts any Markers in place.
         put(&mut f.buf, HEAD_AT, &ulpdu.to_be_bytes())?;
         let hlen = self.header(last, f.buf.get_mut(HEAD_AT + LEN_FIELD..HEAD_CAP)?)?;
-        if hlen != self.hdr_len() {
+        if hlen != usize::from(self.hdr_len) {
             return None;
         }
-        f.layout(stream, LEN_FIELD + hlen)?;
-        self.done = end;
-        self.finished = last;
-        Some(f)
+        f.layout(&mut stream, LEN_FIELD + hlen)
     }
 }
 

@@ -153,6 +153,8 @@ enum Direct {
     Payload(usize),
     /// The trailer checked out; octets consumed.
     Done(usize),
+    /// At an FPDU boundary with no input.
+    NeedMore,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -571,6 +573,12 @@ impl RxStream {
                         event: RxEvent::SegmentDone,
                     })
                 }
+                Some(Ok(Direct::NeedMore)) => {
+                    return Ok(RxOutput {
+                        consumed: 0,
+                        event: RxEvent::NeedMore,
+                    })
+                }
                 Some(Err(e)) => return Err(e),
                 None => {}
             }
@@ -590,6 +598,9 @@ impl RxStream {
     ) -> Option<Result<Direct, RxError>> {
         match self.state {
             RxState::Len if !self.fpdu_open && self.have == 0 => {
+                if input.is_empty() {
+                    return Some(Ok(Direct::NeedMore));
+                }
                 return self.fast_header(input).map(|h| Ok(Direct::Header(h)));
             }
             RxState::Payload => {

@@ -156,6 +156,7 @@ struct Plan {
 
 impl Segmenter {
     /// A segmenter for `op` with `payload_len` octets of caller payload.
+    #[inline]
     pub fn new(op: TxOp, payload_len: u32, mulpdu: u16) -> Result<Self, TxError> {
         if !(MULPDU_MIN..=MULPDU_MAX).contains(&mulpdu) {
             return Err(TxError::BadMulpdu(mulpdu));

@@ -427,7 +427,7 @@ impl RxStream {
     /// `rest` that passes every check. Anything else returns `None` with
     /// the state untouched, and the octet-wise path takes over (and
     /// reports any error exactly as it would have).
-    #[inline]
+    #[inline(always)]
     fn fast_header(&mut self, rest: &[u8]) -> Option<FastHeader> {
         // A fixed-size head lets the compiler drop the length checks.
         if DdpHdr::len_from_ctrl(*rest.get(LEN_FIELD)?) == TAGGED_HDR_LEN {
@@ -437,7 +437,7 @@ impl RxStream {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn fast_header_n<const N: usize>(&mut self, rest: &[u8]) -> Option<FastHeader> {
         let head: &[u8; N] = rest.first_chunk()?;
         let head = head.as_slice();

@@ -246,10 +246,11 @@ impl Segmenter {
             self.ahead_ok = false;
             self.plan.lay_out(*stream, &mut self.ahead)?;
         }
-        // Laid out a whole FPDU ago, its octets are in memory by now: the
-        // move does not wait for recent stores to land (as loads spanning
-        // several stores must), which would hold this FPDU's CRC back
-        // until the last one's is done.
+        // Except for a message's first FPDU, laid out a whole FPDU ago:
+        // its octets are in memory by now, so the move does not wait for
+        // recent stores to land (as loads spanning several stores must),
+        // which would hold this FPDU's CRC back until the last one's is
+        // done.
         let f = self.ahead;
         self.plan.done = f.payload_off.checked_add(f.payload_len())?;
         stream.off = f.start.wrapping_add(f.wire_len);

@@ -88,6 +88,7 @@ impl DdpHdr {
 
     /// Decodes the header at the start of `b` (a ULPDU). Reserved bits are
     /// not checked and the version is not validated here.
+    #[inline]
     pub fn parse(b: &[u8]) -> Result<Self, DdpParseError> {
         let ctrl = *b.first().ok_or(DdpParseError::Short(1))?;
         let need = Self::len_from_ctrl(ctrl);
@@ -129,6 +130,7 @@ impl DdpHdr {
 
     /// Writes the header to the start of `out` (reserved bits zero) and
     /// returns its length, or `None` if `out` is too short.
+    #[inline]
     pub fn encode(&self, out: &mut [u8]) -> Option<usize> {
         let flags = |t: bool, last: bool, dv: u8| {
             (if t { T_FLAG } else { 0 }) | (if last { L_FLAG } else { 0 }) | (dv & DV_MASK)

@@ -274,6 +274,7 @@ pub struct RawDdpHdr {
 
 impl RawDdpHdr {
     /// Copies the DDP header at the start of `ulpdu` (length from its T bit).
+    #[inline]
     pub fn from_ulpdu(ulpdu: &[u8]) -> Option<Self> {
         let len = DdpHdr::len_from_ctrl(*ulpdu.first()?);
         let mut bytes = [0u8; UNTAGGED_HDR_LEN];

@@ -7,7 +7,9 @@ use common::{encode, receive, rx, HwCrc};
 use proptest::prelude::*;
 use rsiw_proto::proto::ddp::{DdpHdr, DdpRx, DdpTx};
 use rsiw_proto::proto::error::{MpaCode, TermError};
-use rsiw_proto::proto::fpdu::{RxEvent, TxOp, TxStream, MULPDU_MAX, MULPDU_MIN};
+use rsiw_proto::proto::fpdu::{
+    RxConfig, RxEvent, RxStream, Segmenter, TxOp, TxStream, MULPDU_MAX, MULPDU_MIN,
+};
 use rsiw_proto::proto::rdmap::{Offending, RawDdpHdr, ReadRequest, Terminate, QN_SEND};
 
 fn cases() -> u32 {
@@ -195,6 +197,80 @@ proptest! {
             prop_assert_eq!(&got, payload);
         }
         prop_assert!(it.next().is_none());
+    }
+
+    /// Whole FPDUs in one input (the direct path) and one octet at a time
+    /// (the octet-wise path) give the same events, errors and state, also
+    /// on damaged streams.
+    #[test]
+    fn whole_and_octetwise_input_agree(
+        msgs in proptest::collection::vec((kind(), 0usize..3000), 1..5),
+        mul in mulpdu(),
+        crc in any::<bool>(),
+        max_ulpdu in prop_oneof![Just(u16::MAX), MULPDU_MIN..2000],
+        flips in proptest::collection::vec((any::<usize>(), 0u8..=255), 0..3),
+    ) {
+        let mut tx = TxStream::new(false, crc);
+        let mut dtx = DdpTx::new();
+        let mut wire = Vec::new();
+        for (k, len) in &msgs {
+            let (op, len) = make_op(k, &mut dtx, *len);
+            let payload: Vec<u8> = (0..len).map(|j| j as u8).collect();
+            wire.extend(encode(&mut tx, op, &payload, mul));
+        }
+        for (pos, x) in &flips {
+            let p = pos % wire.len();
+            wire[p] ^= x;
+        }
+        let mut cfg = RxConfig::new(false, crc);
+        cfg.max_ulpdu = max_ulpdu;
+        let (mut whole, mut octets) = (RxStream::new(cfg), RxStream::new(cfg));
+        let a = receive(&mut whole, &wire, &[wire.len()]);
+        let b = receive(&mut octets, &wire, &[1]);
+        prop_assert_eq!(a, b);
+        prop_assert_eq!(whole.offset(), octets.offset());
+        prop_assert_eq!(whole.at_boundary(), octets.at_boundary());
+        prop_assert_eq!(whole.offending(), octets.offending());
+        prop_assert_eq!(whole.error(), octets.error());
+    }
+
+    /// FPDUs a segmenter laid out ahead equal those laid out on demand (a
+    /// copy whose MULPDU was set again has none ahead), also when another
+    /// message's FPDUs move the stream in between or the MULPDU changes.
+    #[test]
+    fn fpdus_laid_out_ahead_match(
+        lens in (0usize..20000, 0usize..20000),
+        mul in mulpdu(),
+        markers in any::<bool>(),
+        crc in any::<bool>(),
+        steps in proptest::collection::vec((any::<bool>(), proptest::option::of(mulpdu())), 1..40),
+    ) {
+        let mut stream = TxStream::new(markers, crc);
+        let payload = vec![0x5au8; lens.0.max(lens.1)];
+        let mut segs = [
+            Segmenter::new(TxOp::Write { stag: 1, to: 0 }, lens.0 as u32, mul).unwrap(),
+            Segmenter::new(TxOp::Send { msn: 1, solicited: false, invalidate: None }, lens.1 as u32, mul).unwrap(),
+        ];
+        for (second, new_mul) in steps {
+            let seg = &mut segs[usize::from(second)];
+            if let Some(m) = new_mul {
+                seg.set_mulpdu(m).unwrap();
+            }
+            let mut fresh = *seg;
+            fresh.set_mulpdu(fresh.mulpdu()).unwrap();
+            let mut fresh_stream = stream;
+            let (a, b) = (seg.next_fpdu(&mut stream), fresh.next_fpdu(&mut fresh_stream));
+            prop_assert_eq!(a.is_some(), b.is_some());
+            prop_assert_eq!(stream.offset(), fresh_stream.offset());
+            prop_assert_eq!(seg.payload_done(), fresh.payload_done());
+            prop_assert_eq!(seg.is_done(), fresh.is_done());
+            if let (Some(mut a), Some(mut b)) = (a, b) {
+                let (mut wa, mut wb) = (vec![0u8; 70000], vec![0u8; 70000]);
+                let na = a.write_to(&HwCrc, &payload, &mut wa).unwrap();
+                let nb = b.write_to(&HwCrc, &payload, &mut wb).unwrap();
+                prop_assert_eq!(&wa[..na], &wb[..nb]);
+            }
+        }
     }
 
     /// Payload placed with consume_payload (driver copies itself) in

@@ -3,7 +3,7 @@
 //! MPA receive framing: the resumable stream parser.
 
 use super::super::crc::{finish, from_wire, Crc32c, CRC32C_INIT};
-use super::super::ddp::{DdpHdr, DDP_VERSION, TAGGED_HDR_LEN};
+use super::super::ddp::{DdpHdr, DDP_VERSION, TAGGED_HDR_LEN, UNTAGGED_HDR_LEN};
 use super::super::error::{DdpUntagged, MpaCode, RdmapOperation, TermError};
 use super::super::rdmap::{
     ctrl_opcode_bits, ctrl_version, Offending, Opcode, RawDdpHdr, ReadRequest, Terminate,
@@ -138,6 +138,25 @@ impl RxError {
     }
 }
 
+/// What [`RxStream::fast_header`] decoded beyond the stream state.
+#[derive(Clone, Copy)]
+struct FastHeader {
+    hdr: DdpHdr,
+    opcode: Opcode,
+    raw_ddp: RawDdpHdr,
+}
+
+/// A step [`RxStream::poll`] took without the octet-wise loop.
+enum Direct {
+    Header(FastHeader),
+    /// Octets of payload available.
+    Payload(usize),
+    /// The trailer checked out; octets consumed.
+    Done(usize),
+    /// At an FPDU boundary with no input.
+    NeedMore,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RxState {
     Len,
@@ -256,6 +275,7 @@ impl RxStream {
         })
     }
 
+    #[inline]
     fn fail(&mut self, e: RxError) -> Result<RxOutput, RxError> {
         self.failed = Some(e);
         Err(e)
@@ -279,14 +299,17 @@ impl RxStream {
         }
     }
 
+    #[inline]
     fn advance(&mut self, n: usize) {
         self.off = self.off.wrapping_add(u32::try_from(n).unwrap_or(0));
     }
 
+    #[inline]
     fn limit(&self, rest: usize, want: usize) -> usize {
         rest.min(want).min(until_marker(self.cfg.markers, self.off))
     }
 
+    #[inline]
     fn open_fpdu(&mut self, lead_marker: bool) {
         self.fpdu_open = true;
         self.crc = CRC32C_INIT;
@@ -404,10 +427,22 @@ impl RxStream {
     /// `rest` that passes every check. Anything else returns `None` with
     /// the state untouched, and the octet-wise path takes over (and
     /// reports any error exactly as it would have).
-    fn fast_header(&mut self, rest: &[u8]) -> Option<SegmentInfo> {
-        let ulpdu_len = be16(rest, 0)?;
-        let hl = LEN_FIELD + DdpHdr::len_from_ctrl(*rest.get(LEN_FIELD)?);
-        let head = rest.get(..hl)?;
+    #[inline(always)]
+    fn fast_header(&mut self, rest: &[u8]) -> Option<FastHeader> {
+        // A fixed-size head lets the compiler drop the length checks.
+        if DdpHdr::len_from_ctrl(*rest.get(LEN_FIELD)?) == TAGGED_HDR_LEN {
+            self.fast_header_n::<{ LEN_FIELD + TAGGED_HDR_LEN }>(rest)
+        } else {
+            self.fast_header_n::<{ LEN_FIELD + UNTAGGED_HDR_LEN }>(rest)
+        }
+    }
+
+    #[inline(always)]
+    fn fast_header_n<const N: usize>(&mut self, rest: &[u8]) -> Option<FastHeader> {
+        let head: &[u8; N] = rest.first_chunk()?;
+        let head = head.as_slice();
+        let hl = head.len();
+        let ulpdu_len = be16(head, 0)?;
         if hl >= until_marker(self.cfg.markers, self.off)
             || ulpdu_len > self.cfg.max_ulpdu
             || usize::from(ulpdu_len) < hl
@@ -415,10 +450,8 @@ impl RxStream {
             return None;
         }
         let ulpdu = head.get(LEN_FIELD..)?;
-        let (hdr, opcode, extra) = Self::validate_base(ulpdu_len, ulpdu).ok()?;
-        if extra != 0 || opcode.extra_hdr_len() != 0 {
-            return None;
-        }
+        let hdr = DdpHdr::parse(ulpdu).ok()?;
+        let opcode = Self::plain_opcode(&hdr)?;
         let raw_ddp = RawDdpHdr::from_ulpdu(ulpdu)?;
         let payload_len = u32::from(ulpdu_len).checked_sub(u32::try_from(ulpdu.len()).ok()?)?;
         put(&mut self.buf, 0, head)?;
@@ -437,15 +470,43 @@ impl RxStream {
             RxState::Pad
         };
         self.advance(hl);
-        Some(SegmentInfo {
-            ulpdu_len,
+        Some(FastHeader {
             hdr,
             opcode,
-            payload_len,
-            read_request: None,
-            terminate: None,
             raw_ddp,
         })
+    }
+
+    /// The opcode of a header that [`Self::validate_base`] accepts with no
+    /// RDMAP header after it (no Read Request, no Terminate), given a
+    /// ULPDU at least as long as the header; else `None`.
+    #[inline]
+    fn plain_opcode(hdr: &DdpHdr) -> Option<Opcode> {
+        let op = Opcode::from_bits(ctrl_opcode_bits(hdr.rsvd_ulp()))?;
+        let queue_ok = match hdr {
+            DdpHdr::Tagged(_) => op.is_tagged(),
+            // The Send opcodes' queue; it also bounds QN.
+            DdpHdr::Untagged(u) => !op.is_tagged() && op.queue() == Some(u.qn),
+        };
+        let ok = hdr.dv() == DDP_VERSION
+            && ctrl_version(hdr.rsvd_ulp()) == RDMAP_VERSION
+            && op.extra_hdr_len() == 0
+            && queue_ok;
+        ok.then_some(op)
+    }
+
+    /// The [`SegmentInfo`] of a header [`Self::fast_header`] took.
+    #[inline]
+    fn fast_info(&self, h: FastHeader) -> SegmentInfo {
+        SegmentInfo {
+            ulpdu_len: self.ulpdu_len,
+            hdr: h.hdr,
+            opcode: h.opcode,
+            payload_len: self.payload_len,
+            read_request: None,
+            terminate: None,
+            raw_ddp: h.raw_ddp,
+        }
     }
 
     fn finish_header(&mut self) -> Result<SegmentInfo, RxError> {
@@ -483,10 +544,123 @@ impl RxStream {
     /// Parses as much of `input` as possible and reports the next event.
     /// Call again with `input[consumed..]` (after handling payload) until
     /// it reports [`RxEvent::NeedMore`].
+    #[inline]
     pub fn poll<C: Crc32c + ?Sized>(&mut self, input: &[u8], crc: &C) -> Result<RxOutput, RxError> {
         if let Some(e) = self.failed {
             return Err(e);
         }
+        if !self.cfg.markers {
+            // Each output is built here, in place: no copies of SegmentInfo.
+            match self.poll_direct(input, crc) {
+                Some(Ok(Direct::Header(h))) => {
+                    return Ok(RxOutput {
+                        consumed: self.have,
+                        event: RxEvent::Header(self.fast_info(h)),
+                    })
+                }
+                Some(Ok(Direct::Payload(len))) => {
+                    return Ok(RxOutput {
+                        consumed: 0,
+                        event: RxEvent::Payload {
+                            len,
+                            offset: self.payload_done,
+                        },
+                    })
+                }
+                Some(Ok(Direct::Done(consumed))) => {
+                    return Ok(RxOutput {
+                        consumed,
+                        event: RxEvent::SegmentDone,
+                    })
+                }
+                Some(Ok(Direct::NeedMore)) => {
+                    return Ok(RxOutput {
+                        consumed: 0,
+                        event: RxEvent::NeedMore,
+                    })
+                }
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
+        }
+        self.poll_stepwise(input, crc)
+    }
+
+    /// The steps of a Marker-less stream whose input holds what the step
+    /// needs (a whole header, payload, or PAD and CRC), in one go and with
+    /// the same outcome as [`Self::poll_stepwise`]; `None` leaves the rest
+    /// to it.
+    #[inline]
+    fn poll_direct<C: Crc32c + ?Sized>(
+        &mut self,
+        input: &[u8],
+        crc: &C,
+    ) -> Option<Result<Direct, RxError>> {
+        match self.state {
+            RxState::Len if !self.fpdu_open && self.have == 0 => {
+                if input.is_empty() {
+                    return Some(Ok(Direct::NeedMore));
+                }
+                return self.fast_header(input).map(|h| Ok(Direct::Header(h)));
+            }
+            RxState::Payload => {
+                self.flush_hdr_crc(crc);
+                let left = self.payload_len.saturating_sub(self.payload_done);
+                if left != 0 {
+                    if input.is_empty() {
+                        return None;
+                    }
+                    let len = input.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                    self.grant = u32::try_from(len).unwrap_or(0);
+                    return Some(Ok(Direct::Payload(len)));
+                }
+            }
+            RxState::Pad => self.flush_hdr_crc(crc),
+            _ => return None,
+        }
+        // The payload is in: PAD and CRC, if both are whole in `input`.
+        if self.crc_have != 0 || self.pending.is_some() || self.marker_bad.is_some() {
+            return None;
+        }
+        let pad = self.pad_left;
+        let end = pad.checked_add(CRC_LEN)?;
+        let pad_octets = input.get(..pad)?;
+        let received = from_wire(*input.get(pad..)?.first_chunk()?);
+        if !pad_octets.is_empty() {
+            self.crc_over(crc, pad_octets);
+        }
+        self.pad_left = 0;
+        self.advance(end);
+        let computed = finish(self.crc);
+        if self.cfg.crc && !self.verified && computed != received {
+            self.state = RxState::Crc;
+            let e = RxError::Crc { computed, received };
+            self.failed = Some(e);
+            return Some(Err(e));
+        }
+        self.end_fpdu();
+        Some(Ok(Direct::Done(end)))
+    }
+
+    /// Back to an FPDU boundary after a good trailer.
+    #[inline]
+    fn end_fpdu(&mut self) {
+        self.state = RxState::Len;
+        self.fpdu_open = false;
+        self.have = 0;
+        self.crc_upto = 0;
+        self.need = LEN_FIELD;
+        self.crc_have = 0;
+        self.verified = false;
+    }
+
+    /// [`Self::poll`] octet by octet where need be: Markers, headers split
+    /// over inputs, and every error.
+    fn poll_stepwise<C: Crc32c + ?Sized>(
+        &mut self,
+        input: &[u8],
+        crc: &C,
+    ) -> Result<RxOutput, RxError> {
         let mut used = 0usize;
         loop {
             let rest = input.get(used..).unwrap_or(&[]);
@@ -532,10 +706,10 @@ impl RxStream {
                         return need_more;
                     }
                     if !self.fpdu_open && self.have == 0 {
-                        if let Some(seg) = self.fast_header(rest) {
+                        if let Some(h) = self.fast_header(rest) {
                             return Ok(RxOutput {
                                 consumed: used.saturating_add(self.have),
-                                event: RxEvent::Header(seg),
+                                event: RxEvent::Header(self.fast_info(h)),
                             });
                         }
                     }
@@ -693,13 +867,7 @@ impl RxStream {
                     if let Some(e) = self.pending {
                         return self.fail(e);
                     }
-                    self.state = RxState::Len;
-                    self.fpdu_open = false;
-                    self.have = 0;
-                    self.crc_upto = 0;
-                    self.need = LEN_FIELD;
-                    self.crc_have = 0;
-                    self.verified = false;
+                    self.end_fpdu();
                     return Ok(RxOutput {
                         consumed: used,
                         event: RxEvent::SegmentDone,
@@ -747,6 +915,7 @@ impl RxStream {
         true
     }
 
+    #[inline]
     fn take_payload(&mut self, n: usize) -> Result<(), RxError> {
         let n32 = u32::try_from(n).map_err(|_| RxError::PayloadMisuse)?;
         if self.state != RxState::Payload || n32 > self.grant {

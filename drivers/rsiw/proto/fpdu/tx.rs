@@ -136,6 +136,16 @@ impl TxOp {
 /// Cuts one message into FPDUs of at most MULPDU octets of ULPDU.
 #[derive(Clone, Copy, Debug)]
 pub struct Segmenter {
+    plan: Plan,
+    /// The next FPDU, laid out in advance when the one before was handed
+    /// out (valid if `ahead_ok` and for the stream position at hand).
+    ahead: FpduTx,
+    ahead_ok: bool,
+}
+
+/// What a [`Segmenter`] cuts and how far it got.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
     op: TxOp,
     total: u32,
     done: u32,
@@ -146,6 +156,7 @@ pub struct Segmenter {
 
 impl Segmenter {
     /// A segmenter for `op` with `payload_len` octets of caller payload.
+    #[inline]
     pub fn new(op: TxOp, payload_len: u32, mulpdu: u16) -> Result<Self, TxError> {
         if !(MULPDU_MIN..=MULPDU_MAX).contains(&mulpdu) {
             return Err(TxError::BadMulpdu(mulpdu));
@@ -173,33 +184,37 @@ impl Segmenter {
         // At most ULPDU_HDR_MAX (70), below MULPDU_MIN (128).
         let hdr_len = u8::try_from(ddp.saturating_add(extra)).map_err(|_| TxError::Internal)?;
         Ok(Self {
-            op,
-            total: payload_len,
-            done: 0,
-            mulpdu,
-            hdr_len,
-            finished: false,
+            plan: Plan {
+                op,
+                total: payload_len,
+                done: 0,
+                mulpdu,
+                hdr_len,
+                finished: false,
+            },
+            ahead: FpduTx::blank(&TxStream::new(false, false), 0, 0, 0),
+            ahead_ok: false,
         })
     }
 
     /// Length of the ULPDU header (DDP plus RDMAP) of every segment.
     pub const fn hdr_len(&self) -> usize {
-        self.hdr_len as usize
+        self.plan.hdr_len as usize
     }
 
     /// Whether every FPDU of the message has been produced.
     pub const fn is_done(&self) -> bool {
-        self.finished
+        self.plan.finished
     }
 
     /// Payload octets already assigned to FPDUs.
     pub const fn payload_done(&self) -> u32 {
-        self.done
+        self.plan.done
     }
 
     /// The MULPDU in force.
     pub const fn mulpdu(&self) -> u16 {
-        self.mulpdu
+        self.plan.mulpdu
     }
 
     /// Changes the MULPDU for the FPDUs not yet produced (DDP lets every
@@ -209,11 +224,46 @@ impl Segmenter {
         if !(MULPDU_MIN..=MULPDU_MAX).contains(&mulpdu) {
             return Err(TxError::BadMulpdu(mulpdu));
         }
-        self.mulpdu = mulpdu;
+        self.plan.mulpdu = mulpdu;
+        self.ahead_ok = false;
         Ok(())
     }
 
+    /// Lays out the next FPDU on `stream`, or `None` when the message is
+    /// complete. The stream offset advances by the FPDU's full wire length.
+    #[inline]
+    pub fn next_fpdu(&mut self, stream: &mut TxStream) -> Option<FpduTx> {
+        if self.plan.finished {
+            return None;
+        }
+        let a = &self.ahead;
+        let ready = self.ahead_ok
+            && a.start == stream.off
+            && a.markers == stream.markers
+            && a.crc_on == stream.crc
+            && a.payload_off == self.plan.done;
+        if !ready {
+            self.ahead_ok = false;
+            self.plan.lay_out(*stream, &mut self.ahead)?;
+        }
+        // Except for a message's first FPDU, laid out a whole FPDU ago:
+        // its octets are in memory by now, so the move does not wait for
+        // recent stores to land (as loads spanning several stores must),
+        // which would hold this FPDU's CRC back until the last one's is
+        // done.
+        let f = self.ahead;
+        self.plan.done = f.payload_off.checked_add(f.payload_len())?;
+        stream.off = f.start.wrapping_add(f.wire_len);
+        self.plan.finished = self.plan.done == self.plan.total;
+        self.ahead_ok =
+            !self.plan.finished && self.plan.lay_out(*stream, &mut self.ahead).is_some();
+        Some(f)
+    }
+}
+
+impl Plan {
     /// Writes the ULPDU header of the next segment to the start of `out`.
+    #[inline]
     fn header(&self, last: bool, out: &mut [u8]) -> Option<usize> {
         let rsvd_ulp = ctrl_octet(RDMAP_VERSION, self.op.opcode());
         let untagged = |qn: u32, msn: u32, inval: u32| {
@@ -260,29 +310,24 @@ impl Segmenter {
         Some(n)
     }
 
-    /// Lays out the next FPDU on `stream`, or `None` when the message is
-    /// complete. The stream offset advances by the FPDU's full wire length.
-    pub fn next_fpdu(&mut self, stream: &mut TxStream) -> Option<FpduTx> {
-        if self.finished {
-            return None;
-        }
+    /// Lays out in `f` the FPDU carrying payload from `self.done`, at the
+    /// position of `stream`.
+    #[inline]
+    fn lay_out(&self, mut stream: TxStream, f: &mut FpduTx) -> Option<()> {
         let room = u32::from(self.mulpdu).checked_sub(u32::from(self.hdr_len))?;
         let chunk = self.total.checked_sub(self.done)?.min(room);
         let end = self.done.checked_add(chunk)?;
         let last = end == self.total;
         let ulpdu = u16::try_from(u32::from(self.hdr_len).checked_add(chunk)?).ok()?;
-        let mut f = FpduTx::blank(stream, ulpdu, self.done, chunk);
+        *f = FpduTx::blank(&stream, ulpdu, self.done, u16::try_from(chunk).ok()?);
         // The linear head (ULPDU_Length and header) goes right after room
         // for a leading Marker; `layout` then inserts any Markers in place.
         put(&mut f.buf, HEAD_AT, &ulpdu.to_be_bytes())?;
         let hlen = self.header(last, f.buf.get_mut(HEAD_AT + LEN_FIELD..HEAD_CAP)?)?;
-        if hlen != self.hdr_len() {
+        if hlen != usize::from(self.hdr_len) {
             return None;
         }
-        f.layout(stream, LEN_FIELD + hlen)?;
-        self.done = end;
-        self.finished = last;
-        Some(f)
+        f.layout(&mut stream, LEN_FIELD + hlen)
     }
 }
 
@@ -357,19 +402,20 @@ pub struct FpduTx {
     markers: bool,
     crc_on: bool,
     phase: TxPhase,
+    // Payload counts fit 16 bits (at most MULPDU); with no `len_pos` (see
+    // `len_pos()`) the value stays within 128 octets, cheap to move.
+    payload_len: u16,
+    emitted: u16,
+    fed: u16,
     payload_off: u32,
-    payload_len: u32,
-    emitted: u32,
-    fed: u32,
     start: u32,
-    len_pos: u32,
     wire: u32,
     wire_len: u32,
     crc: u32,
 }
 
 impl FpduTx {
-    const fn blank(stream: &TxStream, ulpdu: u16, payload_off: u32, payload_len: u32) -> Self {
+    const fn blank(stream: &TxStream, ulpdu: u16, payload_off: u32, payload_len: u16) -> Self {
         Self {
             buf: [0u8; TX_BUF],
             head: InlineRange { start: 0, len: 0 },
@@ -384,7 +430,6 @@ impl FpduTx {
             emitted: 0,
             fed: 0,
             start: stream.off,
-            len_pos: stream.off,
             wire: stream.off,
             wire_len: 0,
             crc: CRC32C_INIT,
@@ -394,6 +439,7 @@ impl FpduTx {
     /// Places the FPDU on the stream: its wire length (Markers included)
     /// and the head's Markers. `lin` is the length of the linear head at
     /// `HEAD_AT`.
+    #[inline]
     fn layout(&mut self, stream: &mut TxStream, lin: usize) -> Option<()> {
         let content = u32::from(self.ulpdu_len)
             .checked_add(u32::from(self.pad))?
@@ -410,6 +456,13 @@ impl FpduTx {
             stream.off = start.wrapping_add(content);
             return Some(());
         }
+        self.layout_markers(stream, lin, content)
+    }
+
+    /// [`Self::layout`] with Markers; `content` is the FPDU's length
+    /// without them.
+    fn layout_markers(&mut self, stream: &mut TxStream, lin: usize, content: u32) -> Option<()> {
+        let start = self.start;
         // Markers: a Marker precedes every content octet at a multiple of
         // 512 (one at the very end belongs to the next FPDU).
         let mut w = start;
@@ -433,7 +486,6 @@ impl FpduTx {
             put(&mut self.buf, 0, &[0u8; MARKER_LEN])?;
             at = 0;
             len = len.checked_add(MARKER_LEN)?;
-            self.len_pos = start.wrapping_add(MARKER_LEN as u32);
         } else {
             let until = MARKER_INTERVAL - start % MARKER_INTERVAL;
             if until <= u32::try_from(lin).ok()? {
@@ -473,10 +525,11 @@ impl FpduTx {
 
     /// Payload octets in this FPDU.
     pub const fn payload_len(&self) -> u32 {
-        self.payload_len
+        self.payload_len as u32
     }
 
     /// The octets of an [`InlineRange`] this FPDU handed out.
+    #[inline]
     pub fn inline(&self, r: InlineRange) -> &[u8] {
         let s = usize::from(r.start);
         self.buf
@@ -486,6 +539,7 @@ impl FpduTx {
 
     /// The octets to send for `piece`: the inline octets or the Marker, and
     /// nothing for a payload range (those come from the caller's buffers).
+    #[inline]
     pub fn bytes<'a>(&'a self, piece: &'a TxPiece) -> &'a [u8] {
         match piece {
             TxPiece::Inline(r) => self.inline(*r),
@@ -494,12 +548,21 @@ impl FpduTx {
         }
     }
 
+    /// Stream offset of the FPDU's ULPDU_Length: after a leading Marker.
+    const fn len_pos(&self) -> u32 {
+        if self.markers && self.start % MARKER_INTERVAL == 0 {
+            self.start.wrapping_add(MARKER_LEN as u32)
+        } else {
+            self.start
+        }
+    }
+
     /// The Marker for stream offset `pos` of this FPDU.
     fn marker_at(&self, pos: u32) -> [u8; MARKER_LEN] {
         let ptr = if pos == self.start {
             0
         } else {
-            u16::try_from(pos.wrapping_sub(self.len_pos)).unwrap_or(0)
+            u16::try_from(pos.wrapping_sub(self.len_pos())).unwrap_or(0)
         };
         let p = ptr.to_be_bytes();
         [0, 0, p[0], p[1]]
@@ -513,7 +576,36 @@ impl FpduTx {
 
     /// Builds the trailer (PAD, a Marker if one falls there, CRC) and
     /// returns its range.
+    #[inline]
     fn trailer<C: Crc32c + ?Sized>(&mut self, crc: &C) -> Option<InlineRange> {
+        let mut n = if self.markers {
+            self.trailer_markers()?
+        } else {
+            // One fixed-size write covers any PAD (at most 3 octets).
+            put(&mut self.buf, HEAD_CAP, &[0u8; 3])?;
+            let pad = usize::from(self.pad);
+            self.wire = self.wire.wrapping_add(u32::from(self.pad));
+            HEAD_CAP.checked_add(pad)?
+        };
+        if self.crc_on {
+            let covered = self.buf.get(HEAD_CAP..n)?;
+            if !covered.is_empty() {
+                self.crc = crc.update(self.crc, covered);
+            }
+        }
+        let value = if self.crc_on { finish(self.crc) } else { 0 };
+        put(&mut self.buf, n, &to_wire(value))?;
+        n = n.checked_add(CRC_LEN)?;
+        self.wire = self.wire.wrapping_add(CRC_LEN as u32);
+        Some(InlineRange {
+            start: HEAD_CAP as u8,
+            len: u8::try_from(n.checked_sub(HEAD_CAP)?).ok()?,
+        })
+    }
+
+    /// PAD and any Marker of the trailer with Markers on; returns where the
+    /// CRC goes.
+    fn trailer_markers(&mut self) -> Option<usize> {
         let mut n = HEAD_CAP;
         let mut pad = usize::from(self.pad);
         loop {
@@ -538,25 +630,13 @@ impl FpduTx {
             pad -= step;
             self.wire = self.wire.wrapping_add(u32::try_from(step).ok()?);
         }
-        if self.crc_on {
-            let covered = self.buf.get(HEAD_CAP..n)?;
-            if !covered.is_empty() {
-                self.crc = crc.update(self.crc, covered);
-            }
-        }
-        let value = if self.crc_on { finish(self.crc) } else { 0 };
-        put(&mut self.buf, n, &to_wire(value))?;
-        n = n.checked_add(CRC_LEN)?;
-        self.wire = self.wire.wrapping_add(CRC_LEN as u32);
-        Some(InlineRange {
-            start: HEAD_CAP as u8,
-            len: u8::try_from(n.checked_sub(HEAD_CAP)?).ok()?,
-        })
+        Some(n)
     }
 
     /// The next piece, or `None` when the FPDU is complete. After a
     /// [`TxPiece::Payload`], feed its octets with [`Self::feed_payload`]
     /// before asking for the next piece (when CRC is on).
+    #[inline]
     pub fn next_piece<C: Crc32c + ?Sized>(&mut self, crc: &C) -> Result<Option<TxPiece>, TxError> {
         loop {
             match self.phase {
@@ -578,7 +658,7 @@ impl FpduTx {
                     if self.crc_on && self.fed != self.emitted {
                         return Err(TxError::PayloadNotFed);
                     }
-                    let left = self.payload_len.saturating_sub(self.emitted);
+                    let left = u32::from(self.payload_len.saturating_sub(self.emitted));
                     if left == 0 {
                         self.phase = TxPhase::Trailer;
                         continue;
@@ -595,9 +675,10 @@ impl FpduTx {
                     }
                     let offset = self
                         .payload_off
-                        .checked_add(self.emitted)
+                        .checked_add(u32::from(self.emitted))
                         .ok_or(TxError::Internal)?;
-                    self.emitted = self.emitted.saturating_add(len);
+                    let len16 = u16::try_from(len).map_err(|_| TxError::Internal)?;
+                    self.emitted = self.emitted.saturating_add(len16);
                     self.wire = self.wire.wrapping_add(len);
                     return Ok(Some(TxPiece::Payload { offset, len }));
                 }
@@ -619,12 +700,13 @@ impl FpduTx {
 
     /// Feeds payload octets, in order, for the CRC. `data` must be (part
     /// of) the payload range handed out by the last piece.
+    #[inline]
     pub fn feed_payload<C: Crc32c + ?Sized>(
         &mut self,
         crc: &C,
         data: &[u8],
     ) -> Result<(), TxError> {
-        let n = u32::try_from(data.len()).map_err(|_| TxError::PayloadOverfed)?;
+        let n = u16::try_from(data.len()).map_err(|_| TxError::PayloadOverfed)?;
         let fed = self.fed.checked_add(n).ok_or(TxError::PayloadOverfed)?;
         if fed > self.emitted {
             return Err(TxError::PayloadOverfed);

@@ -387,11 +387,11 @@ impl PageBatch {
         }
     }
 
-    /// Empties the batch, dropping every page reference.
+    /// Empties the batch, dropping the references of its fragments.
     ///
-    /// The fill page stays for the next batch if nothing refers to it any more (TCP copied
+    /// The fill page stays for the next batch if nothing else refers to it any more (TCP copied
     /// what it was given, or freed its buffers): a batch of short pieces then allocates no
-    /// page.
+    /// page. Otherwise its reference is dropped too.
     pub fn clear(&mut self) {
         // INVARIANT: Nothing is left to count as sent.
         self.sent = 0;
